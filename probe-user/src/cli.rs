@@ -1,0 +1,94 @@
+//! Command-line flags, then the validated configuration the rest of the code trusts.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "wedgeprobe",
+    version,
+    about = "Find the wedged GPU kernel and the host threads stuck behind it, live"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Observe the processes briefly and print what they are waiting on right now.
+    Report(ReportArgs),
+    /// Watch continuously; print a line whenever a thread becomes blocked or unblocked.
+    Watch(WatchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct Targets {
+    /// Process to attach to (repeat for several).
+    #[arg(long = "pid", required = true, value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// A thread inside a driver call for this long counts as blocked (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub blocked_after: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub targets: Targets,
+    /// How long to observe before printing (at most 60s).
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Print JSON (schema in the README) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub targets: Targets,
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after this long (default: until Ctrl-C or every target exited).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+}
+
+/// `1s`, `250ms`, `2.5s`, `1m`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a duration like 1s or 250ms"))?;
+    let secs = v * scale;
+    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
+        return Err(format!("`{s}` is out of range (more than 0, at most 24h)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("NaNs").is_err());
+    }
+}

@@ -1,0 +1,59 @@
+//! The code layout of one target as the stack scanner sees it: where libcuda's traced entry
+//! points sit in the process, which addresses are code, and the bytes before a return address
+//! (read from the live process with process_vm_readv — no stop, no ptrace).
+
+use crate::{libcuda::LibCuda, stackscan::CodeView, sys, target::Target};
+
+pub struct TargetCode {
+    pid: u32,
+    /// (start, end, id) of each traced entry point in the process, sorted by start.
+    entry_points: Vec<(u64, u64, u32)>,
+    libcuda_code: Vec<(u64, u64)>,
+    code: Vec<(u64, u64)>,
+}
+
+impl TargetCode {
+    pub fn new(target: &Target, lib: &LibCuda) -> Self {
+        let mut entry_points: Vec<(u64, u64, u32)> = lib
+            .waits
+            .iter()
+            .filter_map(|ep| {
+                let start = target.libcuda_address(ep.file_offset)?;
+                // A symbol without a size still marks its first instruction.
+                Some((start, start + ep.size.max(1), ep.id))
+            })
+            .collect();
+        entry_points.sort_unstable();
+        let ranges = |maps: &[crate::target::Mapping], only_exec: bool| {
+            maps.iter().filter(|m| !only_exec || m.executable).map(|m| (m.start, m.end)).collect()
+        };
+        Self {
+            pid: target.pid,
+            entry_points,
+            libcuda_code: ranges(&target.libcuda_maps, true),
+            code: ranges(&target.code_maps, true),
+        }
+    }
+}
+
+impl CodeView for TargetCode {
+    fn entry_point_at(&self, addr: u64) -> Option<u32> {
+        let i = self.entry_points.partition_point(|&(s, _, _)| s <= addr);
+        let &(s, e, id) = self.entry_points.get(i.checked_sub(1)?)?;
+        (s..e).contains(&addr).then_some(id)
+    }
+
+    fn in_libcuda(&self, addr: u64) -> bool {
+        self.libcuda_code.iter().any(|&(s, e)| (s..e).contains(&addr))
+    }
+
+    fn in_code(&self, addr: u64) -> bool {
+        self.code.iter().any(|&(s, e)| (s..e).contains(&addr))
+    }
+
+    fn bytes_before(&self, addr: u64) -> Option<[u8; 7]> {
+        let mut b = [0u8; 7];
+        let n = sys::read_process_memory(self.pid, addr.checked_sub(7)?, &mut b).ok()?;
+        (n == 7).then_some(b)
+    }
+}

@@ -1,0 +1,303 @@
+//! Moves what the kernel saw into the model: drains the eBPF rings, reads the in-call and
+//! yield tables, reads the stacks of sleeping threads from /proc, and notices threads and
+//! processes that went away. One `poll` per tick (50 ms in `watch`).
+//!
+//! Records from the rings are decoded by size and kind and counted when they do not decode;
+//! bytes that came from the target (kernel names, stacks) are treated as hostile.
+
+use std::{fs, mem::size_of};
+
+use anyhow::Context as _;
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use probe_common::{
+    CallDone, EVENT_CALL_DONE, EVENT_KERNEL_NAME, EventHeader, InCall, KernelName,
+    SAMPLE_STACK_LEN, StackSample, counters, maps,
+};
+
+use crate::{
+    code::TargetCode,
+    model::Model,
+    probe::{Attached, Probe},
+    sys,
+    target::Target,
+};
+
+/// Sleeping threads are re-read from /proc this often (per process): each read is two small
+/// /proc files and up to 16 process_vm_readv calls per sleeping thread.
+const OFFCPU_SCAN_EVERY_NS: u64 = 250_000_000;
+/// Thread lists are refreshed this often to forget threads that exited.
+const PRUNE_EVERY_NS: u64 = 1_000_000_000;
+
+pub struct Collector {
+    pub probe: Probe,
+    pub model: Model,
+    events: RingBuf<MapData>,
+    samples: RingBuf<MapData>,
+    in_call: BpfHashMap<MapData, u32, InCall>,
+    yields: BpfHashMap<MapData, u32, u64>,
+    counters: PerCpuArray<MapData, u64>,
+    last_offcpu_scan_ns: u64,
+    last_prune_ns: u64,
+}
+
+/// A target that went away since the last poll.
+pub struct Exited {
+    pub pid: u32,
+    pub comm: String,
+}
+
+impl Collector {
+    pub fn new(mut probe: Probe) -> anyhow::Result<Self> {
+        let ebpf = probe.ebpf_mut();
+        let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("no map {name}"));
+        Ok(Self {
+            events: RingBuf::try_from(take(maps::EVENTS)?)?,
+            samples: RingBuf::try_from(take(maps::SAMPLES)?)?,
+            in_call: BpfHashMap::try_from(take(maps::IN_CALL)?)?,
+            yields: BpfHashMap::try_from(take(maps::THREAD_YIELDS)?)?,
+            counters: PerCpuArray::try_from(take(maps::COUNTERS)?)?,
+            probe,
+            model: Model::new(),
+            last_offcpu_scan_ns: 0,
+            last_prune_ns: 0,
+        })
+    }
+
+    pub fn attach(&mut self, target: Target) -> anyhow::Result<Attached> {
+        let attached = self.probe.attach(&target)?;
+        let code = TargetCode::new(&target, &attached.lib);
+        self.model.add_process(target, code, sys::monotonic_ns());
+        Ok(attached)
+    }
+
+    /// One tick: everything the kernel has for us, then the periodic /proc work.
+    pub fn poll(&mut self, now_ns: u64) -> Vec<Exited> {
+        self.drain_events();
+        self.drain_samples(now_ns);
+        self.read_in_call();
+        self.read_yields();
+        if now_ns.saturating_sub(self.last_offcpu_scan_ns) >= OFFCPU_SCAN_EVERY_NS {
+            self.last_offcpu_scan_ns = now_ns;
+            self.scan_sleeping_threads(now_ns);
+        }
+        let mut exited = Vec::new();
+        if now_ns.saturating_sub(self.last_prune_ns) >= PRUNE_EVERY_NS {
+            self.last_prune_ns = now_ns;
+            exited = self.prune();
+        }
+        self.read_counters();
+        exited
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(item) = self.events.next() {
+            let bytes: &[u8] = &item;
+            let Some(header) = read_record::<EventHeader>(bytes) else {
+                self.model.bad_records += 1;
+                continue;
+            };
+            match header.kind {
+                EVENT_CALL_DONE => match read_record::<CallDone>(bytes) {
+                    Some(ev) => self.model.on_call_done(&ev),
+                    None => self.model.bad_records += 1,
+                },
+                EVENT_KERNEL_NAME => match read_record::<KernelName>(bytes) {
+                    Some(ev) => self.model.on_kernel_name(
+                        ev.header.tgid,
+                        ev.handle,
+                        ev.alias_of,
+                        &ev.name,
+                    ),
+                    None => self.model.bad_records += 1,
+                },
+                _ => self.model.bad_records += 1,
+            }
+        }
+    }
+
+    fn drain_samples(&mut self, now_ns: u64) {
+        while let Some(item) = self.samples.next() {
+            let bytes: &[u8] = &item;
+            // StackSample is 8 KiB: read the header, borrow the stack in place.
+            let Some(s) = read_record::<SampleHeader>(bytes) else {
+                self.model.bad_records += 1;
+                continue;
+            };
+            let len = (s.len as usize).min(SAMPLE_STACK_LEN);
+            let Some(stack) = bytes.get(size_of::<SampleHeader>()..size_of::<SampleHeader>() + len)
+            else {
+                self.model.bad_records += 1;
+                continue;
+            };
+            self.model.on_stack(s.tgid, s.tid, s.ip, stack, now_ns);
+        }
+    }
+
+    fn read_in_call(&mut self) {
+        let entries: Vec<(u32, InCall)> = self.in_call.iter().filter_map(Result::ok).collect();
+        self.model.set_in_call(&entries);
+    }
+
+    fn read_yields(&mut self) {
+        let tids: Vec<(u32, u32)> = self
+            .model
+            .procs
+            .iter()
+            .flat_map(|(&pid, p)| p.threads.keys().map(move |&tid| (pid, tid)))
+            .collect();
+        for (pid, tid) in tids {
+            if let Ok(n) = self.yields.get(&tid, 0) {
+                self.model.set_yields(pid, tid, n);
+            }
+        }
+    }
+
+    fn read_counters(&mut self) {
+        for i in 0..counters::LEN {
+            if let Ok(values) = self.counters.get(&i, 0) {
+                self.model.lost[i as usize] = values.iter().sum();
+            }
+        }
+    }
+
+    /// Threads asleep in the kernel are never on-CPU samples: read their user registers from
+    /// /proc/PID/task/TID/syscall (stable while they sleep) and scan their stacks.
+    fn scan_sleeping_threads(&mut self, now_ns: u64) {
+        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
+        for pid in pids {
+            let Some(p) = self.model.procs.get(&pid) else { continue };
+            if p.exited {
+                continue;
+            }
+            let idle: Vec<u32> = p
+                .target
+                .threads()
+                .into_iter()
+                .filter(|tid| !p.threads.get(tid).is_some_and(|t| t.uprobe_call.is_some()))
+                .collect();
+            for tid in idle {
+                if !is_sleeping(pid, tid) {
+                    continue;
+                }
+                let Some((sp, pc)) = syscall_regs(pid, tid) else { continue };
+                let stack = read_stack(pid, sp);
+                self.model.on_stack(pid, tid, pc, &stack, now_ns);
+            }
+        }
+    }
+
+    fn prune(&mut self) -> Vec<Exited> {
+        let mut exited = Vec::new();
+        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
+        for pid in pids {
+            let Some(p) = self.model.procs.get_mut(&pid) else { continue };
+            if p.exited {
+                continue;
+            }
+            if !p.target.alive() {
+                p.exited = true;
+                p.threads.clear();
+                exited.push(Exited { pid, comm: p.target.comm.clone() });
+                self.probe.detach(pid);
+                continue;
+            }
+            let alive = p.target.threads();
+            for tid in self.model.prune_threads(pid, &alive) {
+                // A thread that died inside a call never ran its uretprobe.
+                let _ = self.in_call.remove(&tid);
+            }
+        }
+        exited
+    }
+
+    pub fn detach_all(&mut self) {
+        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
+        for pid in pids {
+            self.probe.detach(pid);
+        }
+    }
+}
+
+/// The fixed part of `StackSample` (everything before `stack`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SampleHeader {
+    tid: u32,
+    tgid: u32,
+    time_ns: u64,
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    len: u64,
+}
+const _: () = assert!(size_of::<SampleHeader>() == std::mem::offset_of!(StackSample, stack));
+
+/// Copies a `T` out of a ring record if the record is long enough.
+fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < size_of::<T>() {
+        return None;
+    }
+    // SAFETY: length checked above; T is a plain #[repr(C)] record valid for any bit pattern,
+    // and read_unaligned makes no alignment assumption about the ring's memory.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+fn is_sleeping(pid: u32, tid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else { return false };
+    // The state follows the last ')' (comm may contain spaces and parentheses).
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    matches!(state, Some('S' | 'D'))
+}
+
+/// (sp, pc) of a thread blocked in a syscall, from `nr a0 … a5 sp pc`.
+fn syscall_regs(pid: u32, tid: u32) -> Option<(u64, u64)> {
+    let s = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    parse_syscall_regs(&s)
+}
+
+fn parse_syscall_regs(s: &str) -> Option<(u64, u64)> {
+    let fields: Vec<&str> = s.split_whitespace().collect();
+    if fields.len() < 3 || fields[0] == "running" {
+        return None;
+    }
+    let hex = |f: &str| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok();
+    let n = fields.len();
+    Some((hex(fields[n - 2])?, hex(fields[n - 1])?))
+}
+
+/// Up to SAMPLE_STACK_LEN bytes of user stack from `sp`, stopping at the end of the mapping.
+fn read_stack(pid: u32, sp: u64) -> Vec<u8> {
+    const CHUNK: usize = 512;
+    let mut stack = vec![0u8; SAMPLE_STACK_LEN];
+    let mut len = 0;
+    while len < SAMPLE_STACK_LEN {
+        match sys::read_process_memory(pid, sp + len as u64, &mut stack[len..len + CHUNK]) {
+            Ok(CHUNK) => len += CHUNK,
+            _ => break,
+        }
+    }
+    stack.truncate(len);
+    stack
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_file_parses() {
+        assert_eq!(
+            parse_syscall_regs("202 0x7f00 0x80 0x1 0x0 0x0 0x0 0x7ffd1000 0x7f001234\n"),
+            Some((0x7ffd1000, 0x7f001234))
+        );
+        assert_eq!(parse_syscall_regs("running\n"), None);
+        assert_eq!(parse_syscall_regs("-1 0x7ffd1000 0x7f001234"), Some((0x7ffd1000, 0x7f001234)));
+        assert_eq!(parse_syscall_regs("garbage"), None);
+    }
+
+    #[test]
+    fn short_records_do_not_decode() {
+        assert!(read_record::<CallDone>(&[0u8; 10]).is_none());
+        assert!(read_record::<EventHeader>(&[0u8; 16]).is_some());
+    }
+}

@@ -1,0 +1,44 @@
+//! The failures a user can cause or meet, each with its documented exit code (README, "Exit
+//! codes"). Everything else is an internal error (exit 1) printed with its cause chain.
+
+use std::path::PathBuf;
+
+/// Exit codes, as documented in the README.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const ERROR: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const NO_SUCH_PROCESS: u8 = 3;
+    pub const NOT_CUDA: u8 = 4;
+    pub const PRIVILEGE: u8 = 5;
+    pub const TARGET_EXITED: u8 = 6;
+    pub const NO_SYMBOLS: u8 = 7;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("no process with pid {pid}")]
+    NoSuchProcess { pid: u32 },
+    #[error(
+        "process {pid} ({comm}) does not map libcuda: not a CUDA process, or CUDA is not initialised yet"
+    )]
+    NotCuda { pid: u32, comm: String },
+    #[error("missing {capability}: {why} (run as root, or grant it with setcap/securityContext)")]
+    MissingCapability { capability: &'static str, why: &'static str },
+    #[error("process {pid} exited while wedgeprobe was attaching")]
+    TargetExited { pid: u32 },
+    #[error("{path} exports none of the CUDA driver entry points wedgeprobe traces (stripped or not libcuda)")]
+    NoSymbols { path: PathBuf },
+}
+
+impl ProbeError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::NoSuchProcess { .. } => exit::NO_SUCH_PROCESS,
+            Self::NotCuda { .. } => exit::NOT_CUDA,
+            Self::MissingCapability { .. } => exit::PRIVILEGE,
+            Self::TargetExited { .. } => exit::TARGET_EXITED,
+            Self::NoSymbols { .. } => exit::NO_SYMBOLS,
+        }
+    }
+}

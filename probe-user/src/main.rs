@@ -1,0 +1,98 @@
+//! `wedgeprobe`: wires the command line to the subcommands and turns errors into the exit
+//! codes documented in the README. Nothing else lives here.
+
+mod cli;
+mod code;
+mod collector;
+mod error;
+mod libcuda;
+mod model;
+mod probe;
+mod report;
+mod session;
+mod signals;
+mod stackscan;
+mod sys;
+mod target;
+mod verdict;
+mod watch;
+
+use std::{io::Write, process::ExitCode, time::Duration};
+
+use clap::Parser as _;
+
+use crate::{
+    cli::{Cli, Command, ReportArgs},
+    error::{ProbeError, exit},
+    report::Report,
+    session::Session,
+};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let result = match &cli.command {
+        Command::Report(args) => report(args, &mut out),
+        Command::Watch(args) => watch::run(args, &mut out),
+    };
+    match result {
+        Ok(()) => ExitCode::from(exit::OK),
+        Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
+        Err(e) => {
+            eprintln!("wedgeprobe: {e:#}");
+            let code = e.downcast_ref::<ProbeError>().map_or(exit::ERROR, ProbeError::exit_code);
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn report(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    if args.window > Duration::from_secs(60) {
+        anyhow::bail!("--window is at most 60s (a report is a snapshot; use `watch` to observe longer)");
+    }
+    let mut session = Session::attach(&args.targets.pids)?;
+    signals::install();
+    let start = sys::monotonic_ns();
+    let window = args.window.as_nanos() as u64;
+    loop {
+        let now = sys::monotonic_ns();
+        session.collector.poll(now);
+        if now - start >= window || signals::stop_requested() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50).min(Duration::from_nanos(window)));
+    }
+    let now = sys::monotonic_ns();
+    let report = Report::build(
+        &session.collector.model,
+        &session.facts,
+        now,
+        (now - start) as f64 / 1e6,
+        args.targets.blocked_after.as_secs_f64() * 1e3,
+    );
+    session.collector.detach_all();
+    if args.json {
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
+    } else {
+        report.write_text(out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .and_then(|j| j.io_error_kind())
+                .is_some_and(|k| k == std::io::ErrorKind::BrokenPipe)
+    })
+}

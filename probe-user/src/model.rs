@@ -1,0 +1,310 @@
+//! The live model of the watched processes: which thread is inside which driver call, since
+//! when, how often it yields, and how long finished calls took.
+//!
+//! Fed by `collector` (eBPF maps and rings, /proc); read by `report`, `watch` and `verdict`.
+//! Pure data and arithmetic, so it is unit-tested without root or a GPU.
+
+use std::collections::{BTreeMap, HashMap};
+
+use hdrhistogram::Histogram;
+use probe_common::{CallDone, InCall, api};
+
+use crate::{code::TargetCode, stackscan, target::Target};
+
+/// Where we learned that a thread is inside a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeenBy {
+    /// The entry uprobe fired: start time and arguments are exact.
+    Uprobe,
+    /// A stack sample: the thread was already inside when wedgeprobe attached, so the time in
+    /// call is a lower bound and the arguments are unknown.
+    StackScan,
+}
+
+impl SeenBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeenBy::Uprobe => "uprobe",
+            SeenBy::StackScan => "stack-scan",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CurrentCall {
+    pub api: u32,
+    /// CLOCK_MONOTONIC ns the call began (or, for a stack scan, the earliest we know of).
+    pub since_ns: u64,
+    pub seen_by: SeenBy,
+    pub args: Option<InCall>,
+    /// For a stack-scanned call: the thread's yield count when first seen inside.
+    pub yields_at_first_seen: u64,
+    /// For a stack-scanned call: last time a sample confirmed it.
+    pub confirmed_ns: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ThreadState {
+    pub name: String,
+    pub uprobe_call: Option<CurrentCall>,
+    pub scanned_call: Option<CurrentCall>,
+    /// sched_yield calls since attach (from WP_THREAD_YIELDS).
+    pub yields_total: u64,
+    pub calls_done: u64,
+}
+
+impl ThreadState {
+    /// The call the thread is in: exact data first, a recent stack scan otherwise.
+    pub fn current(&self, now_ns: u64) -> Option<&CurrentCall> {
+        self.uprobe_call.as_ref().or(self
+            .scanned_call
+            .as_ref()
+            .filter(|c| now_ns.saturating_sub(c.confirmed_ns) < SCAN_VALID_NS))
+    }
+}
+
+/// A stack-scanned call is believed for this long after its last confirming sample. Samples of
+/// a spinning thread come every 200 ms; a sleeping thread is re-read from /proc every 250 ms.
+const SCAN_VALID_NS: u64 = 1_000_000_000;
+
+pub struct ProcessState {
+    pub target: Target,
+    pub code: TargetCode,
+    pub attached_ns: u64,
+    pub exited: bool,
+    pub threads: BTreeMap<u32, ThreadState>,
+}
+
+/// Latency of finished calls of one entry point.
+pub struct ApiLatency {
+    pub ns: Histogram<u64>,
+    pub errors: u64,
+}
+
+pub struct Model {
+    pub procs: BTreeMap<u32, ProcessState>,
+    pub latency: Vec<ApiLatency>,
+    /// (pid, CUfunction/CUkernel handle) → kernel name.
+    pub kernel_names: HashMap<(u32, u64), String>,
+    /// Sums of the eBPF loss counters.
+    pub lost: [u64; probe_common::counters::LEN as usize],
+    /// Records on the rings that did not decode (wrong size or kind): counted, never trusted.
+    pub bad_records: u64,
+}
+
+/// One thread inside a driver call, as reports show it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ThreadView {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    pub api: &'static str,
+    pub in_call_ms: f64,
+    /// True when the thread was already inside when wedgeprobe attached: `in_call_ms` is then
+    /// the time since attach, a lower bound.
+    pub in_call_at_least: bool,
+    pub blocked: bool,
+    pub sched_yield_per_s: f64,
+    /// `CUstream` as hex (`0x0` legacy default, `0x2` per-thread default); null if unknown.
+    pub stream: Option<String>,
+    /// The launched `CUfunction` / graph exec / event, as hex.
+    pub handle: Option<String>,
+    /// Kernel name, when a `cuModuleGetFunction`-like lookup of the handle was seen.
+    pub kernel: Option<String>,
+    pub grid: Option<[u32; 3]>,
+    pub block: Option<[u32; 3]>,
+    pub seen_by: &'static str,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Model {
+    pub fn new() -> Self {
+        let latency = (0..api::COUNT)
+            .map(|_| ApiLatency {
+                // 1 ns .. 1 hour at 3 significant digits: ~200 KiB per entry point.
+                ns: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                    .expect("static bounds are valid"),
+                errors: 0,
+            })
+            .collect();
+        Self {
+            procs: BTreeMap::new(),
+            latency,
+            kernel_names: HashMap::new(),
+            lost: [0; probe_common::counters::LEN as usize],
+            bad_records: 0,
+        }
+    }
+
+    pub fn add_process(&mut self, target: Target, code: TargetCode, now_ns: u64) {
+        self.procs.insert(
+            target.pid,
+            ProcessState { target, code, attached_ns: now_ns, exited: false, threads: BTreeMap::new() },
+        );
+    }
+
+    fn thread(&mut self, pid: u32, tid: u32) -> Option<&mut ThreadState> {
+        let p = self.procs.get_mut(&pid)?;
+        let target = &p.target;
+        Some(p.threads.entry(tid).or_insert_with(|| ThreadState {
+            name: target.thread_name(tid),
+            ..Default::default()
+        }))
+    }
+
+    pub fn on_call_done(&mut self, ev: &CallDone) {
+        let api = ev.call.api;
+        if let Some(lat) = self.latency.get_mut(api as usize) {
+            lat.ns.saturating_record(ev.end_ns.saturating_sub(ev.call.start_ns).max(1));
+            if ev.result != 0 {
+                lat.errors += 1;
+            }
+        }
+        if let Some(t) = self.thread(ev.header.tgid, ev.header.tid) {
+            t.calls_done += 1;
+            // It returned from something, so it is no longer in the call a scan found.
+            t.scanned_call = None;
+        }
+    }
+
+    pub fn on_kernel_name(&mut self, pid: u32, handle: u64, alias_of: u64, name: &[u8]) {
+        let name = if alias_of != 0 {
+            match self.kernel_names.get(&(pid, alias_of)) {
+                Some(n) => n.clone(),
+                None => return,
+            }
+        } else {
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            // Bytes from the target's memory: keep them printable.
+            String::from_utf8_lossy(&name[..end])
+                .chars()
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect()
+        };
+        if !name.is_empty() {
+            self.kernel_names.insert((pid, handle), name);
+        }
+    }
+
+    /// A stack sample (on-CPU from eBPF, or off-CPU from /proc): finds the entry point, if any.
+    pub fn on_stack(&mut self, pid: u32, tid: u32, ip: u64, stack: &[u8], now_ns: u64) {
+        let Some(p) = self.procs.get(&pid) else { return };
+        let found = stackscan::entry_point(ip, stack, &p.code);
+        let attached = p.attached_ns;
+        let Some(t) = self.thread(pid, tid) else { return };
+        if t.uprobe_call.is_some() {
+            return;
+        }
+        match found {
+            Some(api) => match &mut t.scanned_call {
+                Some(c) if c.api == api => c.confirmed_ns = now_ns,
+                slot => {
+                    *slot = Some(CurrentCall {
+                        api,
+                        since_ns: attached,
+                        seen_by: SeenBy::StackScan,
+                        args: None,
+                        yields_at_first_seen: t.yields_total,
+                        confirmed_ns: now_ns,
+                    })
+                }
+            },
+            None => t.scanned_call = None,
+        }
+    }
+
+    /// The in-call table as read from WP_IN_CALL; threads absent from it are in no call we saw
+    /// begin.
+    pub fn set_in_call(&mut self, entries: &[(u32, InCall)]) {
+        for p in self.procs.values_mut() {
+            for t in p.threads.values_mut() {
+                t.uprobe_call = None;
+            }
+        }
+        for (tid, call) in entries {
+            if let Some(t) = self.thread(call.tgid, *tid) {
+                t.uprobe_call = Some(CurrentCall {
+                    api: call.api,
+                    since_ns: call.start_ns,
+                    seen_by: SeenBy::Uprobe,
+                    args: Some(*call),
+                    yields_at_first_seen: 0,
+                    confirmed_ns: call.start_ns,
+                });
+                t.scanned_call = None;
+            }
+        }
+    }
+
+    pub fn set_yields(&mut self, pid: u32, tid: u32, total: u64) {
+        if let Some(t) = self.procs.get_mut(&pid).and_then(|p| p.threads.get_mut(&tid)) {
+            t.yields_total = total;
+        }
+    }
+
+    /// Every thread inside a driver call right now, longest first.
+    pub fn threads_in_calls(&self, now_ns: u64, blocked_after_ns: u64) -> Vec<ThreadView> {
+        let mut out = Vec::new();
+        for (&pid, p) in &self.procs {
+            for (&tid, t) in &p.threads {
+                let Some(c) = t.current(now_ns) else { continue };
+                let in_call_ns = now_ns.saturating_sub(c.since_ns);
+                let secs = in_call_ns as f64 / 1e9;
+                let yields = match &c.args {
+                    Some(a) => a.yields,
+                    None => t.yields_total.saturating_sub(c.yields_at_first_seen),
+                };
+                let args = c.args.as_ref();
+                let has_stream = args.is_some_and(|a| {
+                    matches!(
+                        api::shape(a.api),
+                        Some(
+                            api::ArgShape::Launch
+                                | api::ArgShape::LaunchEx
+                                | api::ArgShape::GraphLaunch
+                                | api::ArgShape::StreamSync
+                        )
+                    )
+                });
+                let is_launch =
+                    args.is_some_and(|a| matches!(api::shape(a.api), Some(api::ArgShape::Launch | api::ArgShape::LaunchEx)));
+                out.push(ThreadView {
+                    pid,
+                    tid,
+                    name: t.name.clone(),
+                    api: api::name(c.api),
+                    in_call_ms: in_call_ns as f64 / 1e6,
+                    in_call_at_least: c.seen_by == SeenBy::StackScan,
+                    blocked: in_call_ns >= blocked_after_ns,
+                    sched_yield_per_s: if secs > 0.0 { yields as f64 / secs } else { 0.0 },
+                    stream: args.filter(|_| has_stream).map(|a| format!("{:#x}", a.stream)),
+                    handle: args.filter(|a| a.handle != 0).map(|a| format!("{:#x}", a.handle)),
+                    kernel: args
+                        .filter(|_| is_launch)
+                        .and_then(|a| self.kernel_names.get(&(pid, a.handle)).cloned()),
+                    grid: args.filter(|_| is_launch).map(|a| a.grid),
+                    block: args.filter(|_| is_launch).map(|a| a.block),
+                    seen_by: c.seen_by.as_str(),
+                });
+            }
+        }
+        out.sort_by(|a, b| b.in_call_ms.total_cmp(&a.in_call_ms));
+        out
+    }
+
+    /// Forgets threads that no longer exist; returns their tids so their map entries go too.
+    pub fn prune_threads(&mut self, pid: u32, alive: &[u32]) -> Vec<u32> {
+        let Some(p) = self.procs.get_mut(&pid) else { return Vec::new() };
+        let gone: Vec<u32> =
+            p.threads.keys().copied().filter(|t| alive.binary_search(t).is_err()).collect();
+        for t in &gone {
+            p.threads.remove(t);
+        }
+        gone
+    }
+}

@@ -1,0 +1,214 @@
+//! Loading the eBPF object and attaching it to target processes.
+//!
+//! Owns the `aya::Ebpf` (maps, programs, links). Uprobes are attached per target process
+//! (`UProbeScope::OneProcess`), so other CUDA processes on the node pay nothing; the
+//! sched_yield tracepoint and the on-CPU sampler are node-wide and filter by `WP_TARGETS` in
+//! the kernel. Dropping the `Probe` detaches everything; a SIGKILLed wedgeprobe leaves
+//! nothing behind either, because every link is an fd the kernel closes.
+
+use std::{collections::HashMap, num::NonZeroU32, path::PathBuf};
+
+use anyhow::{Context as _, anyhow};
+use aya::{
+    Ebpf,
+    maps::HashMap as BpfHashMap,
+    programs::{
+        PerfEvent, TracePoint, UProbe,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+    },
+};
+use probe_common::{maps, programs};
+
+use crate::{error::ProbeError, libcuda::LibCuda, sys, target::Target};
+
+/// On-CPU sampling frequency per CPU. 49 Hz: a spinning thread is seen every ~20 ms, well
+/// inside a 500 ms report window; a prime, so it does not beat with 100 Hz/1 kHz timers.
+const SAMPLE_HZ: u64 = 49;
+
+pub struct Probe {
+    ebpf: Ebpf,
+    /// Uprobe links per target pid, as (program name, link).
+    links: HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
+    /// Resolved symbol tables per library path.
+    libs: HashMap<PathBuf, LibCuda>,
+}
+
+/// What attaching to one target found.
+#[derive(Clone, Debug)]
+pub struct Attached {
+    pub lib: LibCuda,
+}
+
+impl Probe {
+    /// Checks privileges, loads the eBPF object and attaches the node-wide programs.
+    pub fn load() -> anyhow::Result<Self> {
+        check_capabilities()?;
+        sys::raise_memlock_limit();
+        let mut ebpf = Ebpf::load(aya::include_bytes_aligned!(concat!(
+            env!("OUT_DIR"),
+            "/wedgeprobe"
+        )))
+        .map_err(|e| privilege_or(e.into(), "failed to load the eBPF object"))?;
+
+        for name in [programs::CALL_ENTER, programs::CALL_EXIT, programs::NAME_ENTER, programs::NAME_EXIT]
+        {
+            let prog: &mut UProbe = program(&mut ebpf, name)?.try_into()?;
+            prog.load().map_err(|e| privilege_or(e.into(), "failed to load a uprobe program"))?;
+        }
+
+        let yield_prog: &mut TracePoint = program(&mut ebpf, programs::SCHED_YIELD)?.try_into()?;
+        yield_prog.load().map_err(|e| privilege_or(e.into(), "failed to load the tracepoint"))?;
+        yield_prog
+            .attach("syscalls", "sys_enter_sched_yield")
+            .map_err(|e| privilege_or(e.into(), "failed to attach to syscalls/sys_enter_sched_yield"))?;
+
+        let sampler: &mut PerfEvent = program(&mut ebpf, programs::ON_CPU)?.try_into()?;
+        sampler.load().map_err(|e| privilege_or(e.into(), "failed to load the on-CPU sampler"))?;
+        for cpu in sys::online_cpus() {
+            sampler
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(SAMPLE_HZ),
+                    false,
+                )
+                .map_err(|e| privilege_or(e.into(), "failed to open the on-CPU sampler"))?;
+        }
+        Ok(Self { ebpf, links: HashMap::new(), libs: HashMap::new() })
+    }
+
+    /// Starts tracing `target`: uprobes on its libcuda, and its tgid in `WP_TARGETS`.
+    pub fn attach(&mut self, target: &Target) -> anyhow::Result<Attached> {
+        let path = target.libcuda_host_path.clone();
+        let lib = match self.libs.get(&path) {
+            Some(lib) => lib.clone(),
+            None => {
+                let lib = LibCuda::resolve(&path).map_err(|e| {
+                    if target.alive() { e } else { ProbeError::TargetExited { pid: target.pid }.into() }
+                })?;
+                self.libs.insert(path.clone(), lib.clone());
+                lib
+            }
+        };
+        if lib.waits.is_empty() {
+            return Err(ProbeError::NoSymbols { path: PathBuf::from(&target.libcuda) }.into());
+        }
+        let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
+        // The target's tgid goes in first: a call that starts while we attach is then either
+        // fully seen or (entry before the uprobe existed) counted as exit-without-entry.
+        let mut targets: BpfHashMap<_, u32, u32> =
+            BpfHashMap::try_from(self.ebpf.map_mut(maps::TARGETS).context("no targets map")?)?;
+        targets.insert(target.pid, 1, 0).context("failed to add the target to WP_TARGETS")?;
+
+        let mut links = Vec::new();
+        let result = (|| -> anyhow::Result<()> {
+            let plan = [
+                (programs::CALL_ENTER, &lib.waits),
+                (programs::CALL_EXIT, &lib.waits),
+                (programs::NAME_ENTER, &lib.name_lookups),
+                (programs::NAME_EXIT, &lib.name_lookups),
+            ];
+            for (name, points) in plan {
+                let prog: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
+                for ep in points {
+                    let point = UProbeAttachPoint {
+                        location: UProbeAttachLocation::AbsoluteOffset(ep.file_offset),
+                        cookie: Some(ep.id as u64),
+                    };
+                    let link = prog
+                        .attach(point, &path, UProbeScope::OneProcess(pid))
+                        .map_err(|e| {
+                            if !target.alive() {
+                                ProbeError::TargetExited { pid: target.pid }.into()
+                            } else {
+                                privilege_or(e.into(), "failed to attach a uprobe")
+                                    .context(format!("uprobe on {} in {}", ep.symbol, target.libcuda))
+                            }
+                        })?;
+                    links.push((name, link));
+                }
+            }
+            Ok(())
+        })();
+        self.links.insert(target.pid, links);
+        if let Err(e) = result {
+            self.detach(target.pid);
+            return Err(e);
+        }
+        if !target.alive() {
+            self.detach(target.pid);
+            return Err(ProbeError::TargetExited { pid: target.pid }.into());
+        }
+        Ok(Attached { lib })
+    }
+
+    /// Stops tracing `pid` (it exited, or the user is done).
+    pub fn detach(&mut self, pid: u32) {
+        if let Some(links) = self.links.remove(&pid) {
+            for (name, link) in links {
+                if let Some(Ok(prog)) = self.ebpf.program_mut(name).map(<&mut UProbe>::try_from) {
+                    // Detaching fails only if the link is already gone: nothing to do then.
+                    let _ = prog.detach(link);
+                }
+            }
+        }
+        if let Some(map) = self.ebpf.map_mut(maps::TARGETS)
+            && let Ok(mut targets) = BpfHashMap::<_, u32, u32>::try_from(map)
+        {
+            let _ = targets.remove(&pid);
+        }
+    }
+
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut aya::programs::Program> {
+    ebpf.program_mut(name).ok_or_else(|| anyhow!("the eBPF object has no program {name}"))
+}
+
+/// Names the missing capability up front rather than surfacing EPERM from deep inside aya.
+fn check_capabilities() -> Result<(), ProbeError> {
+    let caps = sys::effective_capabilities();
+    let has = |cap: u32| caps & (1 << cap) != 0;
+    let admin = has(sys::CAP_SYS_ADMIN);
+    if !admin && !has(sys::CAP_BPF) {
+        return Err(ProbeError::MissingCapability {
+            capability: "CAP_BPF",
+            why: "needed to load eBPF programs and maps",
+        });
+    }
+    if !admin && !has(sys::CAP_PERFMON) {
+        return Err(ProbeError::MissingCapability {
+            capability: "CAP_PERFMON",
+            why: "needed to attach uprobes, tracepoints and perf events",
+        });
+    }
+    if !has(sys::CAP_SYS_PTRACE) {
+        return Err(ProbeError::MissingCapability {
+            capability: "CAP_SYS_PTRACE",
+            why: "needed to read the stacks and memory maps of the target processes",
+        });
+    }
+    Ok(())
+}
+
+/// Maps an EPERM/EACCES anywhere in the chain to the capability error; otherwise adds context.
+fn privilege_or(e: anyhow::Error, what: &'static str) -> anyhow::Error {
+    let denied = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            .is_some_and(|n| n == libc::EPERM || n == libc::EACCES)
+    }) || format!("{e:#}").contains("Operation not permitted");
+    if denied {
+        ProbeError::MissingCapability {
+            capability: "CAP_BPF and CAP_PERFMON",
+            why: "the kernel refused to load or attach eBPF programs",
+        }
+        .into()
+    } else {
+        e.context(what)
+    }
+}

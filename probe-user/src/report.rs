@@ -1,0 +1,199 @@
+//! `wedgeprobe report`: one snapshot of "what is this process waiting on right now", as text
+//! or JSON (schema in the README; fields are only ever added).
+
+use std::io::Write;
+
+use probe_common::{api, counters};
+use serde::Serialize;
+
+use crate::{
+    model::{Model, ThreadView},
+    verdict::{self, Verdict, fmt_duration},
+};
+
+#[derive(Serialize)]
+pub struct Report {
+    pub wedgeprobe_version: &'static str,
+    /// `ebpf-only` until the CUPTI shim exists.
+    pub mode: &'static str,
+    pub observed_ms: f64,
+    pub blocked_after_ms: f64,
+    pub targets: Vec<TargetReport>,
+    pub threads: Vec<ThreadView>,
+    pub latency: Vec<LatencyReport>,
+    /// Every loss, by name; all zero in a complete report.
+    pub lost: std::collections::BTreeMap<&'static str, u64>,
+    pub verdict: Verdict,
+}
+
+#[derive(Serialize)]
+pub struct TargetReport {
+    pub pid: u32,
+    pub comm: String,
+    pub libcuda: String,
+    pub exited: bool,
+    pub traced_entry_points: usize,
+    pub missing_symbols: Vec<&'static str>,
+    pub kernel_names_known: usize,
+}
+
+#[derive(Serialize)]
+pub struct LatencyReport {
+    pub api: &'static str,
+    pub count: u64,
+    pub errors: u64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+/// Per-target facts the model does not keep (from attach time).
+pub struct TargetFacts {
+    pub traced: usize,
+    pub missing: Vec<&'static str>,
+}
+
+impl Report {
+    pub fn build(
+        model: &Model,
+        facts: &std::collections::HashMap<u32, TargetFacts>,
+        now_ns: u64,
+        observed_ms: f64,
+        blocked_after_ms: f64,
+    ) -> Self {
+        let threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
+        let any_alive = model.procs.values().any(|p| !p.exited);
+        let verdict = verdict::decide(&threads, blocked_after_ms, any_alive);
+        let targets = model
+            .procs
+            .values()
+            .map(|p| TargetReport {
+                pid: p.target.pid,
+                comm: p.target.comm.clone(),
+                libcuda: p.target.libcuda.clone(),
+                exited: p.exited,
+                traced_entry_points: facts.get(&p.target.pid).map_or(0, |f| f.traced),
+                missing_symbols: facts.get(&p.target.pid).map_or(Vec::new(), |f| f.missing.clone()),
+                kernel_names_known: model.kernel_names.keys().filter(|(pid, _)| *pid == p.target.pid).count(),
+            })
+            .collect();
+        let us = |ns: u64| ns as f64 / 1e3;
+        let latency = model
+            .latency
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.ns.is_empty())
+            .map(|(id, l)| LatencyReport {
+                api: api::name(id as u32),
+                count: l.ns.len(),
+                errors: l.errors,
+                p50_us: us(l.ns.value_at_quantile(0.5)),
+                p90_us: us(l.ns.value_at_quantile(0.9)),
+                p99_us: us(l.ns.value_at_quantile(0.99)),
+                max_us: us(l.ns.max()),
+            })
+            .collect();
+        let mut lost: std::collections::BTreeMap<&'static str, u64> = counters::NAMES
+            .iter()
+            .zip(model.lost)
+            .filter(|(n, _)| !n.starts_with("reserved"))
+            .map(|(n, v)| (*n, v))
+            .collect();
+        lost.insert("undecodable_records", model.bad_records);
+        Self {
+            wedgeprobe_version: env!("CARGO_PKG_VERSION"),
+            mode: "ebpf-only",
+            observed_ms,
+            blocked_after_ms,
+            targets,
+            threads,
+            latency,
+            lost,
+            verdict,
+        }
+    }
+
+    pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        for t in &self.targets {
+            writeln!(
+                out,
+                "process {} ({}){}  mode: {}  libcuda: {}  ({} entry points traced{})",
+                t.pid,
+                t.comm,
+                if t.exited { " EXITED" } else { "" },
+                self.mode,
+                t.libcuda,
+                t.traced_entry_points,
+                if t.missing_symbols.is_empty() {
+                    String::new()
+                } else {
+                    format!(", not exported: {}", t.missing_symbols.join(", "))
+                }
+            )?;
+        }
+        writeln!(out)?;
+        if self.threads.is_empty() {
+            writeln!(out, "no thread is inside a CUDA driver call")?;
+        } else {
+            writeln!(out, "threads inside CUDA driver calls:")?;
+            writeln!(
+                out,
+                "  {:>7} {:>7} {:<16} {:<26} {:>10} {:>9} {:<8} details",
+                "pid", "tid", "thread", "api", "in call", "yield/s", "stream"
+            )?;
+            for t in &self.threads {
+                let mut details = Vec::new();
+                if t.blocked {
+                    details.push("BLOCKED".to_string());
+                }
+                if let Some(k) = &t.kernel {
+                    details.push(format!("kernel {k}"));
+                } else if let Some(h) = &t.handle {
+                    details.push(format!("handle {h}"));
+                }
+                if let (Some(g), Some(b)) = (t.grid, t.block) {
+                    details.push(format!("grid {}x{}x{} block {}x{}x{}", g[0], g[1], g[2], b[0], b[1], b[2]));
+                }
+                if t.in_call_at_least {
+                    details.push("already inside at attach (stack scan)".into());
+                }
+                writeln!(
+                    out,
+                    "  {:>7} {:>7} {:<16} {:<26} {:>10} {:>9.0} {:<8} {}",
+                    t.pid,
+                    t.tid,
+                    t.name,
+                    t.api,
+                    format!("{}{}", if t.in_call_at_least { "≥" } else { "" }, fmt_duration(t.in_call_ms)),
+                    t.sched_yield_per_s,
+                    t.stream.as_deref().unwrap_or("-"),
+                    details.join(", ")
+                )?;
+            }
+        }
+        if !self.latency.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "finished calls over {}:", fmt_duration(self.observed_ms))?;
+            writeln!(
+                out,
+                "  {:<26} {:>9} {:>10} {:>10} {:>10} {:>10}",
+                "api", "count", "p50 µs", "p90 µs", "p99 µs", "max µs"
+            )?;
+            for l in &self.latency {
+                writeln!(
+                    out,
+                    "  {:<26} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                    l.api, l.count, l.p50_us, l.p90_us, l.p99_us, l.max_us
+                )?;
+            }
+        }
+        let lost: Vec<String> =
+            self.lost.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
+        if !lost.is_empty() {
+            writeln!(out, "\nlost or incomplete: {}", lost.join(" "))?;
+        }
+        writeln!(out, "\nverdict: {}: {}", self.verdict.kind.as_str(), self.verdict.summary)
+            .map(|_| ())
+    }
+}

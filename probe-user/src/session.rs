@@ -1,0 +1,40 @@
+//! Opening targets and attaching to them: shared by `report` and `watch`.
+
+use std::collections::HashMap;
+
+use crate::{
+    collector::Collector,
+    probe::Probe,
+    report::TargetFacts,
+    target::Target,
+};
+
+pub struct Session {
+    pub collector: Collector,
+    pub facts: HashMap<u32, TargetFacts>,
+}
+
+impl Session {
+    /// Validates every PID before loading anything, so bad input fails fast with its own
+    /// message and exit code.
+    pub fn attach(pids: &[u32]) -> anyhow::Result<Self> {
+        let mut targets = Vec::new();
+        for &pid in pids {
+            if targets.iter().any(|t: &Target| t.pid == pid) {
+                continue;
+            }
+            targets.push(Target::open(pid)?);
+        }
+        let mut collector = Collector::new(Probe::load()?)?;
+        let mut facts = HashMap::new();
+        for target in targets {
+            let pid = target.pid;
+            let attached = collector.attach(target)?;
+            for (alias, of) in &attached.lib.aliases {
+                eprintln!("wedgeprobe: note: {alias} is the same code as {of}; traced as {of}");
+            }
+            facts.insert(pid, TargetFacts { traced: attached.lib.waits.len(), missing: attached.lib.missing });
+        }
+        Ok(Self { collector, facts })
+    }
+}

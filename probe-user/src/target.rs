@@ -1,0 +1,170 @@
+//! A process to watch: its identity, its threads, and where libcuda is mapped in it.
+//!
+//! Everything comes from /proc/PID, which the target (an untrusted process) can influence only
+//! through its own comm names and mappings; lines that do not parse are skipped, never trusted.
+//! The library path is opened through /proc/PID/root so that a process in a container is
+//! probed on its own libcuda, not on the host's.
+
+use std::{fs, io, path::PathBuf};
+
+use crate::error::ProbeError;
+
+/// One executable-or-not mapping of /proc/PID/maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    pub executable: bool,
+    pub path: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub pid: u32,
+    pub comm: String,
+    /// libcuda's path as the target sees it (inside its mount namespace).
+    pub libcuda: String,
+    /// The same file, reachable from here (through /proc/PID/root).
+    pub libcuda_host_path: PathBuf,
+    /// libcuda's mappings in the target.
+    pub libcuda_maps: Vec<Mapping>,
+    /// Every executable mapping: a stack word that points elsewhere is no return address.
+    pub code_maps: Vec<Mapping>,
+}
+
+impl Target {
+    /// Checks that `pid` exists and maps libcuda, and records where.
+    pub fn open(pid: u32) -> Result<Self, ProbeError> {
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        if pid == 0 || !proc.exists() {
+            return Err(ProbeError::NoSuchProcess { pid });
+        }
+        let comm = read_comm(&proc.join("comm")).unwrap_or_else(|| "?".into());
+        let maps = match fs::read_to_string(proc.join("maps")) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(ProbeError::TargetExited { pid });
+            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(ProbeError::MissingCapability {
+                    capability: "CAP_SYS_PTRACE",
+                    why: "needed to read the memory map of another user's process",
+                });
+            }
+            // A process that exited between the two reads gives ESRCH or an empty file.
+            Err(_) => return Err(ProbeError::TargetExited { pid }),
+        };
+        if maps.is_empty() && !proc.exists() {
+            return Err(ProbeError::TargetExited { pid });
+        }
+        let all: Vec<Mapping> = maps.lines().filter_map(parse_maps_line).collect();
+        let libcuda_maps: Vec<Mapping> =
+            all.iter().filter(|m| is_libcuda(&m.path)).cloned().collect();
+        let Some(first) = libcuda_maps.first() else {
+            if !proc.exists() {
+                return Err(ProbeError::TargetExited { pid });
+            }
+            return Err(ProbeError::NotCuda { pid, comm });
+        };
+        let libcuda = first.path.clone();
+        let libcuda_host_path = proc.join("root").join(libcuda.trim_start_matches('/'));
+        let code_maps = all.into_iter().filter(|m| m.executable).collect();
+        Ok(Self { pid, comm, libcuda, libcuda_host_path, libcuda_maps, code_maps })
+    }
+
+    pub fn alive(&self) -> bool {
+        PathBuf::from(format!("/proc/{}", self.pid)).exists()
+    }
+
+    /// Thread ids of the target right now.
+    pub fn threads(&self) -> Vec<u32> {
+        let Ok(dir) = fs::read_dir(format!("/proc/{}/task", self.pid)) else { return Vec::new() };
+        let mut tids: Vec<u32> =
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+        tids.sort_unstable();
+        tids
+    }
+
+    pub fn thread_name(&self, tid: u32) -> String {
+        read_comm(&PathBuf::from(format!("/proc/{}/task/{tid}/comm", self.pid)))
+            .unwrap_or_else(|| "?".into())
+    }
+
+    /// The process address of libcuda file offset `file_offset`, if that part is mapped.
+    pub fn libcuda_address(&self, file_offset: u64) -> Option<u64> {
+        self.libcuda_maps.iter().find_map(|m| {
+            let len = m.end - m.start;
+            (file_offset >= m.offset && file_offset - m.offset < len)
+                .then(|| m.start + (file_offset - m.offset))
+        })
+    }
+}
+
+/// `libcuda.so`, `libcuda.so.1`, `libcuda.so.580.159.04`; not `libcudart` or `libcudnn`.
+pub fn is_libcuda(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base == "libcuda.so" || base.starts_with("libcuda.so.")
+}
+
+fn read_comm(path: &std::path::Path) -> Option<String> {
+    let s = fs::read(path).ok()?;
+    // comm is at most 16 bytes and set by the target: keep it printable.
+    let s: String = String::from_utf8_lossy(&s)
+        .trim_end_matches('\n')
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .take(16)
+        .collect();
+    Some(s)
+}
+
+/// `start-end perms offset dev inode path`; `None` for lines that do not parse.
+pub fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut f = line.splitn(6, ' ');
+    let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
+    let (_dev, _inode) = (f.next()?, f.next()?);
+    let path = f.next().unwrap_or("").trim_start().to_string();
+    let (s, e) = range.split_once('-')?;
+    let start = u64::from_str_radix(s, 16).ok()?;
+    let end = u64::from_str_radix(e, 16).ok()?;
+    if end <= start {
+        return None;
+    }
+    Some(Mapping {
+        start,
+        end,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        executable: perms.as_bytes().get(2) == Some(&b'x'),
+        path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_parse_and_garbage_is_skipped() {
+        let m = parse_maps_line(
+            "7f1c2a000000-7f1c2b000000 r-xp 00200000 fd:01 1234   /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04",
+        )
+        .expect("parses");
+        assert_eq!(m.start, 0x7f1c2a000000);
+        assert_eq!(m.offset, 0x200000);
+        assert!(m.executable);
+        assert!(is_libcuda(&m.path));
+        assert!(parse_maps_line("zz-10 r-xp 0 0 0").is_none());
+        assert!(parse_maps_line("20-10 r-xp 0 0:0 0").is_none());
+        assert!(parse_maps_line("").is_none());
+    }
+
+    #[test]
+    fn only_the_driver_library_counts_as_libcuda() {
+        assert!(is_libcuda("/usr/lib64/libcuda.so.1"));
+        assert!(is_libcuda("libcuda.so"));
+        assert!(!is_libcuda("/usr/local/cuda/lib64/libcudart.so.13"));
+        assert!(!is_libcuda("/opt/libcudnn.so.9"));
+    }
+}

@@ -1,0 +1,147 @@
+//! `wedgeprobe watch`: continuous; a line whenever a thread crosses into or out of "blocked",
+//! and whenever the verdict changes. Ticks every 50 ms, so a crossing is printed within
+//! ~50 ms plus one on-CPU sample period (≤ 200 ms) for threads found by stack scan.
+
+use std::{collections::HashMap, io::Write, time::Duration};
+
+use serde_json::json;
+
+use crate::{
+    cli::WatchArgs,
+    model::ThreadView,
+    session::Session,
+    signals, sys,
+    verdict::{self, VerdictKind, fmt_duration},
+};
+
+const TICK: Duration = Duration::from_millis(50);
+
+pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    let mut session = Session::attach(&args.targets.pids)?;
+    signals::install();
+    let bound_ms = args.targets.blocked_after.as_secs_f64() * 1e3;
+    let start = sys::monotonic_ns();
+    for p in session.collector.model.procs.values() {
+        let facts = &session.facts[&p.target.pid];
+        if args.json {
+            writeln!(out, "{}", json!({"event": "attached", "pid": p.target.pid, "comm": p.target.comm,
+                "libcuda": p.target.libcuda, "traced_entry_points": facts.traced,
+                "missing_symbols": facts.missing}))?;
+        } else {
+            writeln!(
+                out,
+                "{} watching pid {} ({}): {} entry points in {}; blocked after {}; Ctrl-C to stop",
+                clock(),
+                p.target.pid,
+                p.target.comm,
+                facts.traced,
+                p.target.libcuda,
+                fmt_duration(bound_ms)
+            )?;
+        }
+    }
+    out.flush()?;
+
+    // Blocked threads by (pid, tid, api), with their last view.
+    let mut blocked: HashMap<(u32, u32, &'static str), ThreadView> = HashMap::new();
+    let mut last_kind = VerdictKind::Healthy;
+    loop {
+        let now = sys::monotonic_ns();
+        for gone in session.collector.poll(now) {
+            if args.json {
+                writeln!(out, "{}", json!({"event": "exited", "pid": gone.pid, "comm": gone.comm}))?;
+            } else {
+                writeln!(out, "{} EXITED    pid {} ({})", clock(), gone.pid, gone.comm)?;
+            }
+        }
+        let threads = session.collector.model.threads_in_calls(now, (bound_ms * 1e6) as u64);
+        let mut still = HashMap::new();
+        for t in threads.iter().filter(|t| t.blocked) {
+            let key = (t.pid, t.tid, t.api);
+            if !blocked.contains_key(&key) {
+                print_crossing(out, args.json, "blocked", t)?;
+            }
+            still.insert(key, t.clone());
+        }
+        for (key, t) in blocked.drain() {
+            if !still.contains_key(&key) {
+                print_crossing(out, args.json, "unblocked", &t)?;
+            }
+        }
+        blocked = still;
+
+        let any_alive = session.collector.model.procs.values().any(|p| !p.exited);
+        let v = verdict::decide(&threads, bound_ms, any_alive);
+        if v.kind != last_kind {
+            if args.json {
+                writeln!(out, "{}", json!({"event": "verdict", "verdict": v}))?;
+            } else {
+                writeln!(out, "{} VERDICT   {}: {}", clock(), v.kind.as_str(), v.summary)?;
+            }
+            last_kind = v.kind;
+        }
+        out.flush()?;
+
+        if !any_alive || signals::stop_requested() {
+            break;
+        }
+        if args.duration.is_some_and(|d| now - start >= d.as_nanos() as u64) {
+            break;
+        }
+        std::thread::sleep(TICK);
+    }
+    session.collector.detach_all();
+    if !args.json {
+        writeln!(out, "{} detached", clock())?;
+    }
+    Ok(())
+}
+
+fn print_crossing(out: &mut impl Write, json: bool, what: &str, t: &ThreadView) -> std::io::Result<()> {
+    if json {
+        return writeln!(out, "{}", json!({"event": what, "thread": t}));
+    }
+    let at_least = if t.in_call_at_least { "≥ " } else { "" };
+    let mut line = if what == "blocked" {
+        format!(
+            "{} BLOCKED   pid {} tid {} ({}) in {} for {at_least}{}",
+            clock(),
+            t.pid,
+            t.tid,
+            t.name,
+            t.api,
+            fmt_duration(t.in_call_ms)
+        )
+    } else {
+        format!(
+            "{} UNBLOCKED pid {} tid {} ({}) left {} after {at_least}{}",
+            clock(),
+            t.pid,
+            t.tid,
+            t.name,
+            t.api,
+            fmt_duration(t.in_call_ms)
+        )
+    };
+    if what == "blocked" {
+        if let Some(s) = &t.stream {
+            line.push_str(&format!(", stream {s}"));
+        }
+        if t.sched_yield_per_s >= 1.0 {
+            line.push_str(&format!(", {:.0} sched_yield/s", t.sched_yield_per_s));
+        }
+        if let Some(k) = &t.kernel {
+            line.push_str(&format!(", kernel {k}"));
+        }
+    }
+    writeln!(out, "{line}")
+}
+
+/// Wall-clock time of day (UTC), for log lines a person lines up with other logs.
+fn clock() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let s = now.as_secs() % 86_400;
+    format!("{:02}:{:02}:{:02}.{:03}Z", s / 3600, s / 60 % 60, s % 60, now.subsec_millis())
+}

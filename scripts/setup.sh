@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh Debian 12 machine with rustup (see README).
+# Installs what building the eBPF half needs: nightly's rust-src (for -Z build-std=core) and
+# bpf-linker built against rustc's own libLLVM (the recipe in docs/toolchain.md; plain
+# `cargo install bpf-linker` fails on these machines: its default wants a system LLVM 23).
+set -euo pipefail
+
+log() { echo "setup: $*" >&2; }
+
+need_apt=()
+command -v cc >/dev/null || need_apt+=(gcc)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing Debian packages: ${need_apt[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if ! rustup toolchain list | grep -q '^nightly'; then
+  log "installing the nightly toolchain"
+  rustup toolchain install nightly --profile minimal
+fi
+if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'; then
+  log "adding rust-src to nightly"
+  rustup component add rust-src --toolchain nightly
+fi
+
+if ! command -v bpf-linker >/dev/null 2>&1 || ! bpf-linker --version >/dev/null 2>&1; then
+  SYSROOT_LIB="$(rustc +nightly --print sysroot)/lib"
+  LLVM_MAJOR="$(rustc +nightly -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')"
+  LINK_DIR="${TMPDIR:-/tmp}/wedgeprobe-llvm-link"
+  mkdir -p "$LINK_DIR"
+  ln -sf "$(ls "$SYSROOT_LIB"/libLLVM.so.* | head -1)" "$LINK_DIR/libLLVM.so"
+  log "building bpf-linker against rustc's LLVM $LLVM_MAJOR (about a minute)"
+  RUSTFLAGS="-L $LINK_DIR -C link-arg=-Wl,-rpath,$SYSROOT_LIB" \
+    cargo +nightly install --locked bpf-linker --version 0.13.0 \
+      --no-default-features --features "llvm-$LLVM_MAJOR"
+fi
+
+# tracefs: uprobes and tracepoints are created through it; some machines do not mount it.
+if [ ! -e /sys/kernel/tracing/uprobe_events ] && [ "$(id -u)" = 0 ]; then
+  mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || log "could not mount tracefs"
+fi
+log "ok"
