@@ -3,7 +3,11 @@
 fn main() -> anyhow::Result<()> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../probe-ebpf");
     aya_build::build_ebpf(
-        [aya_build::Package { name: "probe-ebpf", root_dir: root, ..Default::default() }],
+        [aya_build::Package {
+            name: "probe-ebpf",
+            root_dir: root,
+            ..Default::default()
+        }],
         aya_build::Toolchain::Nightly,
     )
 }

@@ -40,13 +40,33 @@ pub const TABLE: &[(&str, ArgShape, ApiClass)] = &[
     ("cuLaunchKernel", ArgShape::Launch, ApiClass::Launch),
     ("cuLaunchKernel_ptsz", ArgShape::Launch, ApiClass::Launch),
     ("cuLaunchKernelEx", ArgShape::LaunchEx, ApiClass::Launch),
-    ("cuLaunchKernelEx_ptsz", ArgShape::LaunchEx, ApiClass::Launch),
-    ("cuLaunchCooperativeKernel", ArgShape::Launch, ApiClass::Launch),
-    ("cuLaunchCooperativeKernel_ptsz", ArgShape::Launch, ApiClass::Launch),
+    (
+        "cuLaunchKernelEx_ptsz",
+        ArgShape::LaunchEx,
+        ApiClass::Launch,
+    ),
+    (
+        "cuLaunchCooperativeKernel",
+        ArgShape::Launch,
+        ApiClass::Launch,
+    ),
+    (
+        "cuLaunchCooperativeKernel_ptsz",
+        ArgShape::Launch,
+        ApiClass::Launch,
+    ),
     ("cuGraphLaunch", ArgShape::GraphLaunch, ApiClass::Launch),
-    ("cuGraphLaunch_ptsz", ArgShape::GraphLaunch, ApiClass::Launch),
+    (
+        "cuGraphLaunch_ptsz",
+        ArgShape::GraphLaunch,
+        ApiClass::Launch,
+    ),
     ("cuStreamSynchronize", ArgShape::StreamSync, ApiClass::Sync),
-    ("cuStreamSynchronize_ptsz", ArgShape::StreamSync, ApiClass::Sync),
+    (
+        "cuStreamSynchronize_ptsz",
+        ArgShape::StreamSync,
+        ApiClass::Sync,
+    ),
     ("cuCtxSynchronize", ArgShape::NoArgs, ApiClass::Sync),
     ("cuEventSynchronize", ArgShape::EventSync, ApiClass::Sync),
     ("cuMemcpy", ArgShape::Copy3, ApiClass::Copy),
@@ -88,7 +108,10 @@ pub fn name(id: u32) -> &'static str {
 }
 
 pub fn id_of(symbol: &str) -> Option<u32> {
-    TABLE.iter().position(|(n, _, _)| *n == symbol).map(|i| i as u32)
+    TABLE
+        .iter()
+        .position(|(n, _, _)| *n == symbol)
+        .map(|i| i as u32)
 }
 
 /// The shape of an id; `None` for ids outside the table.

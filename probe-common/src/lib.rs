@@ -28,7 +28,14 @@ pub mod programs {
     pub const NAME_EXIT: &str = "wp_name_exit";
     pub const SCHED_YIELD: &str = "wp_sched_yield";
     pub const ON_CPU: &str = "wp_on_cpu";
-    pub const ALL: [&str; 6] = [CALL_ENTER, CALL_EXIT, NAME_ENTER, NAME_EXIT, SCHED_YIELD, ON_CPU];
+    pub const ALL: [&str; 6] = [
+        CALL_ENTER,
+        CALL_EXIT,
+        NAME_ENTER,
+        NAME_EXIT,
+        SCHED_YIELD,
+        ON_CPU,
+    ];
 }
 
 /// Indexes into the `WP_COUNTERS` per-CPU array: every loss on the eBPF side is counted here,
@@ -94,10 +101,7 @@ pub struct InCall {
     pub api: u32,
     pub grid: [u32; 3],
     pub block: [u32; 3],
-    /// Nested tracked calls (a `_ptsz` wrapper calling the plain entry point): only the
-    /// outermost call is reported.
-    pub depth: u32,
-    pub _pad: u32,
+    pub _pad: [u32; 2],
 }
 
 /// Header of every record on the `WP_EVENTS` ring.
@@ -188,7 +192,6 @@ mod tests {
         assert_eq!(size_of::<InCall>(), 80);
         assert_eq!(offset_of!(InCall, tgid), 40);
         assert_eq!(offset_of!(InCall, grid), 48);
-        assert_eq!(offset_of!(InCall, depth), 72);
         assert_eq!(size_of::<EventHeader>(), 16);
         assert_eq!(size_of::<CallDone>(), 16 + 80 + 16);
         assert_eq!(offset_of!(CallDone, end_ns), 96);

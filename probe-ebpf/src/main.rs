@@ -22,7 +22,7 @@
 #![no_main]
 
 use aya_ebpf::{
-    bindings::{BPF_NOEXIST, pt_regs},
+    bindings::pt_regs,
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_get_current_task_btf,
         bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
@@ -96,20 +96,25 @@ fn read_user<T>(addr: u64) -> Option<T> {
 
 #[uprobe]
 pub fn wp_call_enter(ctx: ProbeContext) -> u32 {
-    let Some((tgid, tid)) = watched() else { return 0 };
-    if let Some(cur) = WP_IN_CALL.get_ptr_mut(&tid) {
-        // SAFETY: the entry of this thread; only this thread writes it while it is inside.
-        unsafe { (*cur).depth += 1 };
+    let Some((tgid, tid)) = watched() else {
         return 0;
-    }
+    };
     let api = cookie(&ctx);
-    let mut call = InCall { start_ns: 0, tgid, api, ..InCall::default() };
+    let mut call = InCall {
+        start_ns: 0,
+        tgid,
+        api,
+        ..InCall::default()
+    };
     if fill_args(&ctx, &mut call).is_none() {
         count(counters::ARG_READ_FAILED);
     }
     // SAFETY: a helper with no memory arguments.
     call.start_ns = unsafe { bpf_ktime_get_ns() };
-    if WP_IN_CALL.insert(&tid, &call, BPF_NOEXIST as u64).is_err() {
+    // Overwrites any entry of this thread: a nested traced call replaces the outer one (its
+    // return then counts as exit-without-entry), and an entry whose return was never seen
+    // cannot linger past the thread's next call.
+    if WP_IN_CALL.insert(&tid, &call, 0).is_err() {
         count(counters::IN_CALL_FULL);
     }
     0
@@ -161,17 +166,18 @@ pub fn wp_call_exit(ctx: RetProbeContext) -> u32 {
         return 0;
     };
     // SAFETY: this thread's own entry.
-    let call = unsafe { &mut *cur };
-    if call.depth > 0 {
-        call.depth -= 1;
-        return 0;
-    }
+    let call = unsafe { &*cur };
     // SAFETY: a helper with no memory arguments.
     let end_ns = unsafe { bpf_ktime_get_ns() };
     match WP_EVENTS.reserve::<CallDone>(0) {
         Some(mut slot) => {
             slot.write(CallDone {
-                header: EventHeader { kind: EVENT_CALL_DONE, tid, tgid: call.tgid, _pad: 0 },
+                header: EventHeader {
+                    kind: EVENT_CALL_DONE,
+                    tid,
+                    tgid: call.tgid,
+                    _pad: 0,
+                },
                 call: *call,
                 end_ns,
                 result: ctx.ret::<u64>() & 0xffff_ffff,
@@ -188,10 +194,22 @@ pub fn wp_call_exit(ctx: RetProbeContext) -> u32 {
 pub fn wp_name_enter(ctx: ProbeContext) -> u32 {
     let Some((_, tid)) = watched() else { return 0 };
     let api = cookie(&ctx);
-    let name_arg = if api == api::NAME_KERNEL_GET_FUNCTION { 1 } else { 2 };
+    // Both candidates are read unconditionally: a register chosen at run time would make
+    // the compiler compute a variable ctx offset, which the verifier rejects.
+    // SAFETY: regs is the probe's own pt_regs; volatile keeps both loads at fixed offsets.
+    let (second, third) = unsafe {
+        (
+            core::ptr::read_volatile(&(*ctx.regs).rsi),
+            core::ptr::read_volatile(&(*ctx.regs).rdx),
+        )
+    };
     let pending = PendingName {
         out_ptr: ctx.arg::<u64>(0).unwrap_or(0),
-        name_or_kernel: ctx.arg::<u64>(name_arg).unwrap_or(0),
+        name_or_kernel: if api == api::NAME_KERNEL_GET_FUNCTION {
+            second
+        } else {
+            third
+        },
         api,
         _pad: 0,
     };
@@ -204,12 +222,16 @@ pub fn wp_name_exit(ctx: RetProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     // SAFETY: copied out at once.
-    let Some(pending) = (unsafe { WP_PENDING_NAME.get(&tid) }).copied() else { return 0 };
+    let Some(pending) = (unsafe { WP_PENDING_NAME.get(&tid) }).copied() else {
+        return 0;
+    };
     let _ = WP_PENDING_NAME.remove(&tid);
     if ctx.ret::<u64>() & 0xffff_ffff != 0 {
         return 0; // the lookup failed: no handle was written
     }
-    let Some(handle) = read_user::<u64>(pending.out_ptr) else { return 0 };
+    let Some(handle) = read_user::<u64>(pending.out_ptr) else {
+        return 0;
+    };
     let Some(mut slot) = WP_EVENTS.reserve::<KernelName>(0) else {
         count(counters::NAME_EVENT_LOST);
         return 0;
@@ -229,10 +251,8 @@ pub fn wp_name_exit(ctx: RetProbeContext) -> u32 {
             (*ev).alias_of = pending.name_or_kernel;
         } else {
             (*ev).alias_of = 0;
-            let _ = bpf_probe_read_user_str_bytes(
-                pending.name_or_kernel as *const u8,
-                &mut (*ev).name,
-            );
+            let _ =
+                bpf_probe_read_user_str_bytes(pending.name_or_kernel as *const u8, &mut (*ev).name);
         }
     }
     slot.submit(0);
@@ -258,7 +278,9 @@ pub fn wp_sched_yield(_ctx: TracePointContext) -> u32 {
 
 #[perf_event]
 pub fn wp_on_cpu(_ctx: PerfEventContext) -> u32 {
-    let Some((tgid, tid)) = watched() else { return 0 };
+    let Some((tgid, tid)) = watched() else {
+        return 0;
+    };
     // SAFETY: presence test only.
     if unsafe { WP_IN_CALL.get(&tid) }.is_some() {
         return 0; // the uprobes already say where it is
@@ -280,7 +302,9 @@ pub fn wp_on_cpu(_ctx: PerfEventContext) -> u32 {
         return 0;
     }
     // SAFETY: `regs` is a kernel pointer from bpf_task_pt_regs, read with a probing helper.
-    let Ok(regs) = (unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(regs) }) else { return 0 };
+    let Ok(regs) = (unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(regs) }) else {
+        return 0;
+    };
     let Some(mut slot) = WP_SAMPLES.reserve::<StackSample>(0) else {
         count(counters::SAMPLE_LOST);
         return 0;

@@ -69,7 +69,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     } else {
         (s, 1.0)
     };
-    let v: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a duration like 1s or 250ms"))?;
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 1s or 250ms"))?;
     let secs = v * scale;
     if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
         return Err(format!("`{s}` is out of range (more than 0, at most 24h)"));

@@ -9,6 +9,7 @@ pub struct TargetCode {
     /// (start, end, id) of each traced entry point in the process, sorted by start.
     entry_points: Vec<(u64, u64, u32)>,
     libcuda_code: Vec<(u64, u64)>,
+    libc_code: Vec<(u64, u64)>,
     code: Vec<(u64, u64)>,
 }
 
@@ -25,12 +26,22 @@ impl TargetCode {
             .collect();
         entry_points.sort_unstable();
         let ranges = |maps: &[crate::target::Mapping], only_exec: bool| {
-            maps.iter().filter(|m| !only_exec || m.executable).map(|m| (m.start, m.end)).collect()
+            maps.iter()
+                .filter(|m| !only_exec || m.executable)
+                .map(|m| (m.start, m.end))
+                .collect()
         };
+        let libc: Vec<crate::target::Mapping> = target
+            .code_maps
+            .iter()
+            .filter(|m| is_libc(&m.path))
+            .cloned()
+            .collect();
         Self {
             pid: target.pid,
             entry_points,
             libcuda_code: ranges(&target.libcuda_maps, true),
+            libc_code: ranges(&libc, true),
             code: ranges(&target.code_maps, true),
         }
     }
@@ -44,16 +55,35 @@ impl CodeView for TargetCode {
     }
 
     fn in_libcuda(&self, addr: u64) -> bool {
-        self.libcuda_code.iter().any(|&(s, e)| (s..e).contains(&addr))
+        self.libcuda_code
+            .iter()
+            .any(|&(s, e)| (s..e).contains(&addr))
     }
 
     fn in_code(&self, addr: u64) -> bool {
         self.code.iter().any(|&(s, e)| (s..e).contains(&addr))
     }
 
-    fn bytes_before(&self, addr: u64) -> Option<[u8; 7]> {
-        let mut b = [0u8; 7];
-        let n = sys::read_process_memory(self.pid, addr.checked_sub(7)?, &mut b).ok()?;
-        (n == 7).then_some(b)
+    fn in_libc(&self, addr: u64) -> bool {
+        self.libc_code.iter().any(|&(s, e)| (s..e).contains(&addr))
     }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        sys::read_process_memory(self.pid, addr, buf).is_ok_and(|n| n == buf.len())
+    }
+}
+
+/// glibc, its split-out libpthread, musl, and the dynamic loader.
+fn is_libc(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    [
+        "libc.so",
+        "libc-",
+        "libpthread",
+        "ld-linux",
+        "ld-musl",
+        "libc.musl",
+    ]
+    .iter()
+    .any(|p| base.starts_with(p))
 }

@@ -49,7 +49,10 @@ pub struct Exited {
 impl Collector {
     pub fn new(mut probe: Probe) -> anyhow::Result<Self> {
         let ebpf = probe.ebpf_mut();
-        let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("no map {name}"));
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .with_context(|| format!("no map {name}"))
+        };
         Ok(Self {
             events: RingBuf::try_from(take(maps::EVENTS)?)?,
             samples: RingBuf::try_from(take(maps::SAMPLES)?)?,
@@ -102,12 +105,10 @@ impl Collector {
                     None => self.model.bad_records += 1,
                 },
                 EVENT_KERNEL_NAME => match read_record::<KernelName>(bytes) {
-                    Some(ev) => self.model.on_kernel_name(
-                        ev.header.tgid,
-                        ev.handle,
-                        ev.alias_of,
-                        &ev.name,
-                    ),
+                    Some(ev) => {
+                        self.model
+                            .on_kernel_name(ev.header.tgid, ev.handle, ev.alias_of, &ev.name)
+                    }
                     None => self.model.bad_records += 1,
                 },
                 _ => self.model.bad_records += 1,
@@ -165,7 +166,9 @@ impl Collector {
     fn scan_sleeping_threads(&mut self, now_ns: u64) {
         let pids: Vec<u32> = self.model.procs.keys().copied().collect();
         for pid in pids {
-            let Some(p) = self.model.procs.get(&pid) else { continue };
+            let Some(p) = self.model.procs.get(&pid) else {
+                continue;
+            };
             if p.exited {
                 continue;
             }
@@ -179,7 +182,9 @@ impl Collector {
                 if !is_sleeping(pid, tid) {
                     continue;
                 }
-                let Some((sp, pc)) = syscall_regs(pid, tid) else { continue };
+                let Some((sp, pc)) = syscall_regs(pid, tid) else {
+                    continue;
+                };
                 let stack = read_stack(pid, sp);
                 self.model.on_stack(pid, tid, pc, &stack, now_ns);
             }
@@ -190,14 +195,19 @@ impl Collector {
         let mut exited = Vec::new();
         let pids: Vec<u32> = self.model.procs.keys().copied().collect();
         for pid in pids {
-            let Some(p) = self.model.procs.get_mut(&pid) else { continue };
+            let Some(p) = self.model.procs.get_mut(&pid) else {
+                continue;
+            };
             if p.exited {
                 continue;
             }
             if !p.target.alive() {
                 p.exited = true;
                 p.threads.clear();
-                exited.push(Exited { pid, comm: p.target.comm.clone() });
+                exited.push(Exited {
+                    pid,
+                    comm: p.target.comm.clone(),
+                });
                 self.probe.detach(pid);
                 continue;
             }
@@ -243,9 +253,13 @@ fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
 }
 
 fn is_sleeping(pid: u32, tid: u32) -> bool {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else { return false };
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
+        return false;
+    };
     // The state follows the last ')' (comm may contain spaces and parentheses).
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
     matches!(state, Some('S' | 'D'))
 }
 
@@ -291,7 +305,10 @@ mod tests {
             Some((0x7ffd1000, 0x7f001234))
         );
         assert_eq!(parse_syscall_regs("running\n"), None);
-        assert_eq!(parse_syscall_regs("-1 0x7ffd1000 0x7f001234"), Some((0x7ffd1000, 0x7f001234)));
+        assert_eq!(
+            parse_syscall_regs("-1 0x7ffd1000 0x7f001234"),
+            Some((0x7ffd1000, 0x7f001234))
+        );
         assert_eq!(parse_syscall_regs("garbage"), None);
     }
 

@@ -24,10 +24,15 @@ pub enum ProbeError {
     )]
     NotCuda { pid: u32, comm: String },
     #[error("missing {capability}: {why} (run as root, or grant it with setcap/securityContext)")]
-    MissingCapability { capability: &'static str, why: &'static str },
+    MissingCapability {
+        capability: &'static str,
+        why: &'static str,
+    },
     #[error("process {pid} exited while wedgeprobe was attaching")]
     TargetExited { pid: u32 },
-    #[error("{path} exports none of the CUDA driver entry points wedgeprobe traces (stripped or not libcuda)")]
+    #[error(
+        "{path} exports none of the CUDA driver entry points wedgeprobe traces (stripped or not libcuda)"
+    )]
     NoSymbols { path: PathBuf },
 }
 

@@ -35,10 +35,12 @@ pub struct LibCuda {
 
 impl LibCuda {
     pub fn resolve(path: &Path) -> anyhow::Result<Self> {
-        let file = File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
+        let file =
+            File::open(path).with_context(|| format!("failed to open {}", path.display()))?;
         let cache = ReadCache::new(file);
-        let obj = object::File::parse(&cache)
-            .with_context(|| format!("{} is not an ELF file wedgeprobe can read", path.display()))?;
+        let obj = object::File::parse(&cache).with_context(|| {
+            format!("{} is not an ELF file wedgeprobe can read", path.display())
+        })?;
         let segments: Vec<(u64, u64, u64)> = obj
             .segments()
             .map(|s| (s.address(), s.size(), s.file_range().0))
@@ -70,7 +72,12 @@ impl LibCuda {
                     if let Some(first) = lib.waits.iter().find(|e| e.file_offset == file_offset) {
                         lib.aliases.push((symbol, first.symbol));
                     } else {
-                        lib.waits.push(EntryPoint { symbol, id: id as u32, file_offset, size });
+                        lib.waits.push(EntryPoint {
+                            symbol,
+                            id: id as u32,
+                            file_offset,
+                            size,
+                        });
                     }
                 }
                 None => lib.missing.push(symbol),
@@ -78,9 +85,12 @@ impl LibCuda {
         }
         for &(symbol, id) in api::NAME_LOOKUPS {
             match lookup(symbol) {
-                Some((file_offset, size)) => {
-                    lib.name_lookups.push(EntryPoint { symbol, id, file_offset, size })
-                }
+                Some((file_offset, size)) => lib.name_lookups.push(EntryPoint {
+                    symbol,
+                    id,
+                    file_offset,
+                    size,
+                }),
                 None => lib.missing.push(symbol),
             }
         }

@@ -33,7 +33,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
         }
     };
     let stdout = std::io::stdout();
@@ -47,7 +51,9 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
         Err(e) => {
             eprintln!("wedgeprobe: {e:#}");
-            let code = e.downcast_ref::<ProbeError>().map_or(exit::ERROR, ProbeError::exit_code);
+            let code = e
+                .downcast_ref::<ProbeError>()
+                .map_or(exit::ERROR, ProbeError::exit_code);
             ExitCode::from(code)
         }
     }
@@ -55,7 +61,9 @@ fn main() -> ExitCode {
 
 fn report(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
     if args.window > Duration::from_secs(60) {
-        anyhow::bail!("--window is at most 60s (a report is a snapshot; use `watch` to observe longer)");
+        anyhow::bail!(
+            "--window is at most 60s (a report is a snapshot; use `watch` to observe longer)"
+        );
     }
     let mut session = Session::attach(&args.targets.pids)?;
     signals::install();
@@ -90,7 +98,8 @@ fn report(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
             || c.downcast_ref::<serde_json::Error>()
                 .and_then(|j| j.io_error_kind())
                 .is_some_and(|k| k == std::io::ErrorKind::BrokenPipe)

@@ -9,7 +9,24 @@ use std::collections::{BTreeMap, HashMap};
 use hdrhistogram::Histogram;
 use probe_common::{CallDone, InCall, api};
 
-use crate::{code::TargetCode, stackscan, target::Target};
+use crate::{
+    code::TargetCode,
+    stackscan::{self, Found},
+    target::Target,
+};
+
+/// Api id of a thread found inside libcuda by stack scan when no entry point could be named.
+pub const UNKNOWN_ENTRY_POINT: u32 = u32::MAX;
+/// How such a thread's `api` reads in reports.
+pub const UNKNOWN_ENTRY_POINT_NAME: &str = "libcuda (entry point unknown)";
+
+pub fn api_name(id: u32) -> &'static str {
+    if id == UNKNOWN_ENTRY_POINT {
+        UNKNOWN_ENTRY_POINT_NAME
+    } else {
+        api::name(id)
+    }
+}
 
 /// Where we learned that a thread is inside a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +161,13 @@ impl Model {
     pub fn add_process(&mut self, target: Target, code: TargetCode, now_ns: u64) {
         self.procs.insert(
             target.pid,
-            ProcessState { target, code, attached_ns: now_ns, exited: false, threads: BTreeMap::new() },
+            ProcessState {
+                target,
+                code,
+                attached_ns: now_ns,
+                exited: false,
+                threads: BTreeMap::new(),
+            },
         );
     }
 
@@ -160,7 +183,8 @@ impl Model {
     pub fn on_call_done(&mut self, ev: &CallDone) {
         let api = ev.call.api;
         if let Some(lat) = self.latency.get_mut(api as usize) {
-            lat.ns.saturating_record(ev.end_ns.saturating_sub(ev.call.start_ns).max(1));
+            lat.ns
+                .saturating_record(ev.end_ns.saturating_sub(ev.call.start_ns).max(1));
             if ev.result != 0 {
                 lat.errors += 1;
             }
@@ -193,10 +217,17 @@ impl Model {
 
     /// A stack sample (on-CPU from eBPF, or off-CPU from /proc): finds the entry point, if any.
     pub fn on_stack(&mut self, pid: u32, tid: u32, ip: u64, stack: &[u8], now_ns: u64) {
-        let Some(p) = self.procs.get(&pid) else { return };
-        let found = stackscan::entry_point(ip, stack, &p.code);
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let found = stackscan::entry_point(ip, stack, &p.code).map(|f| match f {
+            Found::EntryPoint(id) => id,
+            Found::UnknownEntryPoint => UNKNOWN_ENTRY_POINT,
+        });
         let attached = p.attached_ns;
-        let Some(t) = self.thread(pid, tid) else { return };
+        let Some(t) = self.thread(pid, tid) else {
+            return;
+        };
         if t.uprobe_call.is_some() {
             return;
         }
@@ -242,7 +273,11 @@ impl Model {
     }
 
     pub fn set_yields(&mut self, pid: u32, tid: u32, total: u64) {
-        if let Some(t) = self.procs.get_mut(&pid).and_then(|p| p.threads.get_mut(&tid)) {
+        if let Some(t) = self
+            .procs
+            .get_mut(&pid)
+            .and_then(|p| p.threads.get_mut(&tid))
+        {
             t.yields_total = total;
         }
     }
@@ -271,19 +306,31 @@ impl Model {
                         )
                     )
                 });
-                let is_launch =
-                    args.is_some_and(|a| matches!(api::shape(a.api), Some(api::ArgShape::Launch | api::ArgShape::LaunchEx)));
+                let is_launch = args.is_some_and(|a| {
+                    matches!(
+                        api::shape(a.api),
+                        Some(api::ArgShape::Launch | api::ArgShape::LaunchEx)
+                    )
+                });
                 out.push(ThreadView {
                     pid,
                     tid,
                     name: t.name.clone(),
-                    api: api::name(c.api),
+                    api: api_name(c.api),
                     in_call_ms: in_call_ns as f64 / 1e6,
                     in_call_at_least: c.seen_by == SeenBy::StackScan,
                     blocked: in_call_ns >= blocked_after_ns,
-                    sched_yield_per_s: if secs > 0.0 { yields as f64 / secs } else { 0.0 },
-                    stream: args.filter(|_| has_stream).map(|a| format!("{:#x}", a.stream)),
-                    handle: args.filter(|a| a.handle != 0).map(|a| format!("{:#x}", a.handle)),
+                    sched_yield_per_s: if secs > 0.0 {
+                        yields as f64 / secs
+                    } else {
+                        0.0
+                    },
+                    stream: args
+                        .filter(|_| has_stream)
+                        .map(|a| format!("{:#x}", a.stream)),
+                    handle: args
+                        .filter(|a| a.handle != 0)
+                        .map(|a| format!("{:#x}", a.handle)),
                     kernel: args
                         .filter(|_| is_launch)
                         .and_then(|a| self.kernel_names.get(&(pid, a.handle)).cloned()),
@@ -299,9 +346,15 @@ impl Model {
 
     /// Forgets threads that no longer exist; returns their tids so their map entries go too.
     pub fn prune_threads(&mut self, pid: u32, alive: &[u32]) -> Vec<u32> {
-        let Some(p) = self.procs.get_mut(&pid) else { return Vec::new() };
-        let gone: Vec<u32> =
-            p.threads.keys().copied().filter(|t| alive.binary_search(t).is_err()).collect();
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return Vec::new();
+        };
+        let gone: Vec<u32> = p
+            .threads
+            .keys()
+            .copied()
+            .filter(|t| alive.binary_search(t).is_err())
+            .collect();
         for t in &gone {
             p.threads.remove(t);
         }

@@ -51,20 +51,34 @@ impl Probe {
         )))
         .map_err(|e| privilege_or(e.into(), "failed to load the eBPF object"))?;
 
-        for name in [programs::CALL_ENTER, programs::CALL_EXIT, programs::NAME_ENTER, programs::NAME_EXIT]
-        {
+        for name in [
+            programs::CALL_ENTER,
+            programs::CALL_EXIT,
+            programs::NAME_ENTER,
+            programs::NAME_EXIT,
+        ] {
             let prog: &mut UProbe = program(&mut ebpf, name)?.try_into()?;
-            prog.load().map_err(|e| privilege_or(e.into(), "failed to load a uprobe program"))?;
+            prog.load()
+                .map_err(|e| privilege_or(e.into(), "failed to load a uprobe program"))?;
         }
 
         let yield_prog: &mut TracePoint = program(&mut ebpf, programs::SCHED_YIELD)?.try_into()?;
-        yield_prog.load().map_err(|e| privilege_or(e.into(), "failed to load the tracepoint"))?;
+        yield_prog
+            .load()
+            .map_err(|e| privilege_or(e.into(), "failed to load the tracepoint"))?;
         yield_prog
             .attach("syscalls", "sys_enter_sched_yield")
-            .map_err(|e| privilege_or(e.into(), "failed to attach to syscalls/sys_enter_sched_yield"))?;
+            .map_err(|e| {
+                privilege_or(
+                    e.into(),
+                    "failed to attach to syscalls/sys_enter_sched_yield",
+                )
+            })?;
 
         let sampler: &mut PerfEvent = program(&mut ebpf, programs::ON_CPU)?.try_into()?;
-        sampler.load().map_err(|e| privilege_or(e.into(), "failed to load the on-CPU sampler"))?;
+        sampler
+            .load()
+            .map_err(|e| privilege_or(e.into(), "failed to load the on-CPU sampler"))?;
         for cpu in sys::online_cpus() {
             sampler
                 .attach(
@@ -75,7 +89,11 @@ impl Probe {
                 )
                 .map_err(|e| privilege_or(e.into(), "failed to open the on-CPU sampler"))?;
         }
-        Ok(Self { ebpf, links: HashMap::new(), libs: HashMap::new() })
+        Ok(Self {
+            ebpf,
+            links: HashMap::new(),
+            libs: HashMap::new(),
+        })
     }
 
     /// Starts tracing `target`: uprobes on its libcuda, and its tgid in `WP_TARGETS`.
@@ -85,29 +103,41 @@ impl Probe {
             Some(lib) => lib.clone(),
             None => {
                 let lib = LibCuda::resolve(&path).map_err(|e| {
-                    if target.alive() { e } else { ProbeError::TargetExited { pid: target.pid }.into() }
+                    if target.alive() {
+                        e
+                    } else {
+                        ProbeError::TargetExited { pid: target.pid }.into()
+                    }
                 })?;
                 self.libs.insert(path.clone(), lib.clone());
                 lib
             }
         };
         if lib.waits.is_empty() {
-            return Err(ProbeError::NoSymbols { path: PathBuf::from(&target.libcuda) }.into());
+            return Err(ProbeError::NoSymbols {
+                path: PathBuf::from(&target.libcuda),
+            }
+            .into());
         }
         let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
         // The target's tgid goes in first: a call that starts while we attach is then either
         // fully seen or (entry before the uprobe existed) counted as exit-without-entry.
         let mut targets: BpfHashMap<_, u32, u32> =
             BpfHashMap::try_from(self.ebpf.map_mut(maps::TARGETS).context("no targets map")?)?;
-        targets.insert(target.pid, 1, 0).context("failed to add the target to WP_TARGETS")?;
+        targets
+            .insert(target.pid, 1, 0)
+            .context("failed to add the target to WP_TARGETS")?;
 
         let mut links = Vec::new();
         let result = (|| -> anyhow::Result<()> {
+            // Return probes first: a call that enters after its entry probe exists then
+            // always has its return probe too (the kernel arms a uretprobe at entry), so no
+            // in-call entry is left without the exit that removes it.
             let plan = [
-                (programs::CALL_ENTER, &lib.waits),
                 (programs::CALL_EXIT, &lib.waits),
-                (programs::NAME_ENTER, &lib.name_lookups),
+                (programs::CALL_ENTER, &lib.waits),
                 (programs::NAME_EXIT, &lib.name_lookups),
+                (programs::NAME_ENTER, &lib.name_lookups),
             ];
             for (name, points) in plan {
                 let prog: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
@@ -122,8 +152,9 @@ impl Probe {
                             if !target.alive() {
                                 ProbeError::TargetExited { pid: target.pid }.into()
                             } else {
-                                privilege_or(e.into(), "failed to attach a uprobe")
-                                    .context(format!("uprobe on {} in {}", ep.symbol, target.libcuda))
+                                privilege_or(e.into(), "failed to attach a uprobe").context(
+                                    format!("uprobe on {} in {}", ep.symbol, target.libcuda),
+                                )
                             }
                         })?;
                     links.push((name, link));
@@ -166,7 +197,8 @@ impl Probe {
 }
 
 fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut aya::programs::Program> {
-    ebpf.program_mut(name).ok_or_else(|| anyhow!("the eBPF object has no program {name}"))
+    ebpf.program_mut(name)
+        .ok_or_else(|| anyhow!("the eBPF object has no program {name}"))
 }
 
 /// Names the missing capability up front rather than surfacing EPERM from deep inside aya.
@@ -195,19 +227,20 @@ fn check_capabilities() -> Result<(), ProbeError> {
     Ok(())
 }
 
-/// Maps an EPERM/EACCES anywhere in the chain to the capability error; otherwise adds context.
+/// Maps an EPERM anywhere in the chain to the capability error; otherwise adds context.
+/// (EACCES from BPF_PROG_LOAD is the verifier's rejection, not a privilege problem.)
 fn privilege_or(e: anyhow::Error, what: &'static str) -> anyhow::Error {
     let denied = e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::raw_os_error)
-            .is_some_and(|n| n == libc::EPERM || n == libc::EACCES)
-    }) || format!("{e:#}").contains("Operation not permitted");
+            .is_some_and(|n| n == libc::EPERM)
+    });
     if denied {
-        ProbeError::MissingCapability {
+        anyhow::Error::from(ProbeError::MissingCapability {
             capability: "CAP_BPF and CAP_PERFMON",
             why: "the kernel refused to load or attach eBPF programs",
-        }
-        .into()
+        })
+        .context(format!("{what}: {e:#}"))
     } else {
         e.context(what)
     }

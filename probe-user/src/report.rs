@@ -74,8 +74,14 @@ impl Report {
                 libcuda: p.target.libcuda.clone(),
                 exited: p.exited,
                 traced_entry_points: facts.get(&p.target.pid).map_or(0, |f| f.traced),
-                missing_symbols: facts.get(&p.target.pid).map_or(Vec::new(), |f| f.missing.clone()),
-                kernel_names_known: model.kernel_names.keys().filter(|(pid, _)| *pid == p.target.pid).count(),
+                missing_symbols: facts
+                    .get(&p.target.pid)
+                    .map_or(Vec::new(), |f| f.missing.clone()),
+                kernel_names_known: model
+                    .kernel_names
+                    .keys()
+                    .filter(|(pid, _)| *pid == p.target.pid)
+                    .count(),
             })
             .collect();
         let us = |ns: u64| ns as f64 / 1e3;
@@ -153,7 +159,10 @@ impl Report {
                     details.push(format!("handle {h}"));
                 }
                 if let (Some(g), Some(b)) = (t.grid, t.block) {
-                    details.push(format!("grid {}x{}x{} block {}x{}x{}", g[0], g[1], g[2], b[0], b[1], b[2]));
+                    details.push(format!(
+                        "grid {}x{}x{} block {}x{}x{}",
+                        g[0], g[1], g[2], b[0], b[1], b[2]
+                    ));
                 }
                 if t.in_call_at_least {
                     details.push("already inside at attach (stack scan)".into());
@@ -165,7 +174,11 @@ impl Report {
                     t.tid,
                     t.name,
                     t.api,
-                    format!("{}{}", if t.in_call_at_least { "≥" } else { "" }, fmt_duration(t.in_call_ms)),
+                    format!(
+                        "{}{}",
+                        if t.in_call_at_least { "≥" } else { "" },
+                        fmt_duration(t.in_call_ms)
+                    ),
                     t.sched_yield_per_s,
                     t.stream.as_deref().unwrap_or("-"),
                     details.join(", ")
@@ -174,7 +187,11 @@ impl Report {
         }
         if !self.latency.is_empty() {
             writeln!(out)?;
-            writeln!(out, "finished calls over {}:", fmt_duration(self.observed_ms))?;
+            writeln!(
+                out,
+                "finished calls over {}:",
+                fmt_duration(self.observed_ms)
+            )?;
             writeln!(
                 out,
                 "  {:<26} {:>9} {:>10} {:>10} {:>10} {:>10}",
@@ -188,12 +205,21 @@ impl Report {
                 )?;
             }
         }
-        let lost: Vec<String> =
-            self.lost.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
+        let lost: Vec<String> = self
+            .lost
+            .iter()
+            .filter(|(_, v)| **v > 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         if !lost.is_empty() {
             writeln!(out, "\nlost or incomplete: {}", lost.join(" "))?;
         }
-        writeln!(out, "\nverdict: {}: {}", self.verdict.kind.as_str(), self.verdict.summary)
-            .map(|_| ())
+        writeln!(
+            out,
+            "\nverdict: {}: {}",
+            self.verdict.kind.as_str(),
+            self.verdict.summary
+        )
+        .map(|_| ())
     }
 }

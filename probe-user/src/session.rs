@@ -2,12 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::{
-    collector::Collector,
-    probe::Probe,
-    report::TargetFacts,
-    target::Target,
-};
+use crate::{collector::Collector, probe::Probe, report::TargetFacts, target::Target};
 
 pub struct Session {
     pub collector: Collector,
@@ -33,7 +28,13 @@ impl Session {
             for (alias, of) in &attached.lib.aliases {
                 eprintln!("wedgeprobe: note: {alias} is the same code as {of}; traced as {of}");
             }
-            facts.insert(pid, TargetFacts { traced: attached.lib.waits.len(), missing: attached.lib.missing });
+            facts.insert(
+                pid,
+                TargetFacts {
+                    traced: attached.lib.waits.len(),
+                    missing: attached.lib.missing,
+                },
+            );
         }
         Ok(Self { collector, facts })
     }

@@ -6,8 +6,17 @@
 //! *scanned* (as Breakpad's stackwalker does when CFI is missing): a word counts as a return
 //! address only if it points into executable code right after a `call` instruction. Going up
 //! the stack, the innermost frames are libcuda internals (or libc's sched_yield); the first
-//! return address that lands outside libcuda is the caller of the exported entry point, and
-//! the last libcuda return address before it lies inside that entry point's own body.
+//! return address outside libcuda belongs to the caller of the exported entry point.
+//!
+//! Two ways to name the entry point, in order:
+//! 1. a libcuda return address inside an entry point's body (it called an internal function);
+//! 2. the caller's own call instruction, when the entry point tail-jumped into its
+//!    implementation and left no frame: a direct `call rel32`, a `call *[rip+disp]`, or a call
+//!    through a PLT stub (`jmp *[rip+disp]`) is followed to its target.
+//!
+//! A caller that calls through a register (cudart's table from cuGetProcAddress) cannot be
+//! followed; if the entry point also left no frame, the thread is reported as inside libcuda
+//! with the entry point unknown.
 
 /// What the scanner needs to know about the target's code.
 pub trait CodeView {
@@ -16,32 +25,51 @@ pub trait CodeView {
     fn in_libcuda(&self, addr: u64) -> bool;
     /// Inside any executable mapping.
     fn in_code(&self, addr: u64) -> bool;
-    /// The 7 bytes just below `addr` (a `call` is at most 7 bytes long).
-    fn bytes_before(&self, addr: u64) -> Option<[u8; 7]>;
+    /// Inside libc or the dynamic loader: a caller there (start_thread) means the thread is
+    /// one of the driver's own, not an application thread inside an API call.
+    fn in_libc(&self, addr: u64) -> bool;
+    /// Reads the target's memory; false if any byte is unreadable.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
+}
+
+/// Where a thread is, as far as the stack tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    EntryPoint(u32),
+    /// Inside libcuda, but no frame or caller names the entry point.
+    UnknownEntryPoint,
 }
 
 /// Return addresses outside libcuda tolerated before the first libcuda one: the thread may sit
 /// in libc (sched_yield, a futex wait) called from libcuda.
 const MAX_FOREIGN_FRAMES_BEFORE_LIBCUDA: usize = 3;
 
-/// The id of the entry point the thread is inside, or `None` if it is not inside libcuda.
-pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<u32> {
+/// Where the thread is in libcuda, or `None` if it is not inside libcuda.
+pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found> {
     let mut inside = code.in_libcuda(ip);
     let mut found = code.entry_point_at(ip);
     let mut foreign = 0;
     for word in stack.chunks_exact(8) {
         let addr = u64::from_le_bytes(word.try_into().ok()?);
-        if !code.in_code(addr) || !follows_call(code, addr) {
+        if !code.in_code(addr) {
             continue;
         }
+        let Some(call) = call_before(code, addr) else {
+            continue;
+        };
         if code.in_libcuda(addr) {
             inside = true;
             if let Some(id) = code.entry_point_at(addr) {
                 found = Some(id);
             }
         } else if inside {
-            // The caller of libcuda: the last entry point seen is the one it called.
-            return found;
+            if found.is_none() && code.in_libc(addr) {
+                return None; // a driver thread (its start routine is in libcuda)
+            }
+            // The caller of libcuda.
+            let id = found
+                .or_else(|| call_target(code, addr, call).and_then(|t| code.entry_point_at(t)));
+            return Some(id.map_or(Found::UnknownEntryPoint, Found::EntryPoint));
         } else {
             foreign += 1;
             if foreign > MAX_FOREIGN_FRAMES_BEFORE_LIBCUDA {
@@ -49,25 +77,101 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<u32> {
             }
         }
     }
-    if inside { found } else { None }
+    inside.then(|| found.map_or(Found::UnknownEntryPoint, Found::EntryPoint))
 }
 
-/// Whether the instruction before `addr` is a call (E8 rel32, or FF /2 in its register,
-/// disp8, disp32 and SIB forms), i.e. `addr` is a plausible return address.
-fn follows_call(code: &impl CodeView, addr: u64) -> bool {
-    let Some(b) = code.bytes_before(addr) else { return false };
+/// The form of the call instruction that ends just before a return address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Call {
+    /// `E8 rel32`
+    Direct(i32),
+    /// `FF 15 disp32`: through a pointer at `[rip + disp32]`.
+    RipIndirect(i32),
+    /// `FF /2` through a register or a register-based address.
+    Register,
+}
+
+/// The call instruction before `ret`, if there is one.
+fn call_before(code: &impl CodeView, ret: u64) -> Option<Call> {
+    let mut b = [0u8; 7];
+    if !code.read(ret.checked_sub(7)?, &mut b) {
+        return None;
+    }
+    let rel = |i: usize| i32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    if b[2] == 0xe8 {
+        return Some(Call::Direct(rel(3)));
+    }
+    if b[1] == 0xff && b[2] == 0x15 {
+        return Some(Call::RipIndirect(rel(3)));
+    }
     let ff2 = |i: usize| b[i] == 0xff && (b[i + 1] >> 3) & 7 == 2;
-    b[2] == 0xe8 || ff2(5) || ff2(4) || ff2(1) || ff2(0)
+    (ff2(5) || ff2(4) || ff2(1) || ff2(0)).then_some(Call::Register)
+}
+
+/// The function a call lands in, following one PLT stub.
+fn call_target(code: &impl CodeView, ret: u64, call: Call) -> Option<u64> {
+    let target = match call {
+        Call::Direct(rel) => ret.wrapping_add_signed(rel as i64),
+        Call::RipIndirect(disp) => read_u64(code, ret.wrapping_add_signed(disp as i64))?,
+        Call::Register => return None,
+    };
+    if code.entry_point_at(target).is_some() {
+        return Some(target);
+    }
+    plt_target(code, target).or(Some(target))
+}
+
+/// Follows a PLT stub: `[endbr64] [bnd] jmp *[rip+disp32]`.
+fn plt_target(code: &impl CodeView, stub: u64) -> Option<u64> {
+    let mut b = [0u8; 11];
+    if !code.read(stub, &mut b) {
+        return None;
+    }
+    let mut i = 0;
+    if b[..4] == [0xf3, 0x0f, 0x1e, 0xfa] {
+        i = 4; // endbr64
+    }
+    if b[i] == 0xf2 {
+        i += 1; // bnd prefix
+    }
+    if b.get(i..i + 2)? != [0xff, 0x25] {
+        return None;
+    }
+    let disp = i32::from_le_bytes(b.get(i + 2..i + 6)?.try_into().ok()?);
+    let next = stub + i as u64 + 6;
+    read_u64(code, next.wrapping_add_signed(disp as i64))
+}
+
+fn read_u64(code: &impl CodeView, addr: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    code.read(addr, &mut b).then(|| u64::from_le_bytes(b))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     /// libcuda code at 0x1000..0x9000 with cuLaunchKernel (id 0) at 0x2000..0x2100 and
     /// cuStreamSynchronize (id 8) at 0x3000..0x3100; the app at 0x10000..0x20000, libc at
-    /// 0x30000..0x40000. Every address ending in 0x50 follows a call.
-    struct Fake;
+    /// 0x30000..0x40000. Every address ending in 0x50 follows a `call rel32` to 0x6000 (an
+    /// internal function) unless `mem` says otherwise.
+    struct Fake {
+        mem: HashMap<u64, u8>,
+    }
+    impl Fake {
+        fn new() -> Self {
+            Self {
+                mem: HashMap::new(),
+            }
+        }
+        fn put(&mut self, addr: u64, bytes: &[u8]) {
+            for (i, b) in bytes.iter().enumerate() {
+                self.mem.insert(addr + i as u64, *b);
+            }
+        }
+    }
     impl CodeView for Fake {
         fn entry_point_at(&self, a: u64) -> Option<u32> {
             match a {
@@ -82,8 +186,19 @@ mod tests {
         fn in_code(&self, a: u64) -> bool {
             self.in_libcuda(a) || (0x10000..0x40000).contains(&a)
         }
-        fn bytes_before(&self, a: u64) -> Option<[u8; 7]> {
-            Some(if a & 0xff == 0x50 { [0, 0, 0xe8, 1, 2, 3, 4] } else { [0x90; 7] })
+        fn in_libc(&self, a: u64) -> bool {
+            (0x30000..0x40000).contains(&a)
+        }
+        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+            for (i, out) in buf.iter_mut().enumerate() {
+                let a = addr + i as u64;
+                *out = match self.mem.get(&a) {
+                    Some(b) => *b,
+                    None if a & 0xff == 0x50 - 5 => 0xe8,
+                    None => 0x90,
+                };
+            }
+            true
         }
     }
 
@@ -95,38 +210,83 @@ mod tests {
     fn launch_spinning_in_sched_yield_is_found() {
         // ip in libc's sched_yield; internal libcuda frame; cuLaunchKernel's body; the app.
         let s = stack(&[0xdead, 0x5150, 0x42, 0x2050, 0x7, 0x10150, 0x3050]);
-        assert_eq!(entry_point(0x30010, &s, &Fake), Some(0));
+        assert_eq!(
+            entry_point(0x30010, &s, &Fake::new()),
+            Some(Found::EntryPoint(0))
+        );
     }
 
     #[test]
     fn stale_words_above_the_caller_do_not_count() {
         // The 0x3050 (cuStreamSynchronize) word lies beyond the app's return address.
         let s = stack(&[0x2050, 0x10150, 0x3050]);
-        assert_eq!(entry_point(0x5000, &s, &Fake), Some(0));
+        assert_eq!(
+            entry_point(0x5000, &s, &Fake::new()),
+            Some(Found::EntryPoint(0))
+        );
     }
 
     #[test]
     fn spinning_in_the_entry_point_body_itself() {
         let s = stack(&[0x10150]);
-        assert_eq!(entry_point(0x3010, &s, &Fake), Some(8));
+        assert_eq!(
+            entry_point(0x3010, &s, &Fake::new()),
+            Some(Found::EntryPoint(8))
+        );
+    }
+
+    #[test]
+    fn tail_call_is_followed_through_the_callers_plt_stub() {
+        // The entry point jumped to internal code at 0x5000: no frame of its own. The app's
+        // call at 0x10150 goes to a PLT stub at 0x11000 whose GOT slot at 0x12000 holds 0x3000.
+        let mut f = Fake::new();
+        let rel = (0x11000i64 - 0x10150) as i32;
+        f.put(0x10150 - 5, &[0xe8]);
+        f.put(0x10150 - 4, &rel.to_le_bytes());
+        let disp = (0x12000i64 - (0x11000 + 4 + 1 + 6)) as i32;
+        f.put(0x11000, &[0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25]);
+        f.put(0x11007, &disp.to_le_bytes());
+        f.put(0x12000, &0x3000u64.to_le_bytes());
+        let s = stack(&[0x5150, 0x10150]);
+        assert_eq!(entry_point(0x5010, &s, &f), Some(Found::EntryPoint(8)));
+    }
+
+    #[test]
+    fn call_through_a_register_leaves_the_entry_point_unknown() {
+        let mut f = Fake::new();
+        f.put(0x10150 - 7, &[0x90, 0x90, 0x90, 0x90, 0x90, 0xff, 0xd0]); // call *%rax
+        let s = stack(&[0x5150, 0x10150]);
+        assert_eq!(entry_point(0x5010, &s, &f), Some(Found::UnknownEntryPoint));
+    }
+
+    #[test]
+    fn a_driver_thread_started_by_libc_is_not_in_an_api_call() {
+        let mut f = Fake::new();
+        f.put(0x30150 - 7, &[0x90, 0x90, 0x90, 0x90, 0x90, 0xff, 0xd0]); // start_thread: call *%rax
+        let s = stack(&[0x5150, 0x30150]);
+        assert_eq!(entry_point(0x5010, &s, &f), None);
     }
 
     #[test]
     fn words_that_do_not_follow_a_call_are_ignored() {
-        // 0x2060 is inside cuLaunchKernel but is no return address.
+        // 0x2060 is inside cuLaunchKernel but is no return address; the thread is in the app.
         let s = stack(&[0x2060, 0x10150]);
-        assert_eq!(entry_point(0x5000, &s, &Fake), None);
+        assert_eq!(entry_point(0x10000, &s, &Fake::new()), None);
     }
 
     #[test]
     fn a_thread_in_app_code_is_not_inside_libcuda() {
         let s = stack(&[0x10150, 0x10250, 0x10350, 0x10450, 0x2050, 0x10550]);
-        assert_eq!(entry_point(0x10010, &s, &Fake), None);
+        assert_eq!(entry_point(0x10010, &s, &Fake::new()), None);
     }
 
     #[test]
     fn garbage_stacks_do_not_panic() {
-        assert_eq!(entry_point(0, &[], &Fake), None);
-        assert_eq!(entry_point(u64::MAX, &[0xff; 13], &Fake), None);
+        assert_eq!(entry_point(0, &[], &Fake::new()), None);
+        let mut f = Fake::new();
+        f.put(0x10150 - 5, &[0xe8, 0xff, 0xff, 0xff, 0x7f]);
+        let s = stack(&[0x5150, 0x10150, u64::MAX]);
+        assert!(entry_point(u64::MAX, &s, &f).is_some());
+        assert_eq!(entry_point(u64::MAX, &[0xff; 13], &Fake::new()), None);
     }
 }

@@ -5,7 +5,10 @@ use std::io;
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`, so eBPF timestamps compare with it.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -14,18 +17,30 @@ pub fn monotonic_ns() -> u64 {
 /// Reads `buf.len()` bytes of another process's memory at `addr` without stopping it.
 /// Returns how many bytes were read (short at the end of a mapping).
 pub fn read_process_memory(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
     // SAFETY: one local iovec over `buf`, which outlives the call; the remote side is checked
     // by the kernel and faults are reported as errors.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }
 
 /// The effective capability set of this process (bit n = capability n).
 pub fn effective_capabilities() -> u64 {
     // /proc/self/status is the documented, stable view (CapEff as hex).
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return 0 };
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -40,7 +55,10 @@ pub const CAP_BPF: u32 = 39;
 
 /// Raises RLIMIT_MEMLOCK for kernels that still charge BPF maps to it (before 5.11).
 pub fn raise_memlock_limit() {
-    let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    let lim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: a valid rlimit; failure only matters on old kernels and shows up at map creation.
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
 }

@@ -60,8 +60,11 @@ impl Target {
             return Err(ProbeError::TargetExited { pid });
         }
         let all: Vec<Mapping> = maps.lines().filter_map(parse_maps_line).collect();
-        let libcuda_maps: Vec<Mapping> =
-            all.iter().filter(|m| is_libcuda(&m.path)).cloned().collect();
+        let libcuda_maps: Vec<Mapping> = all
+            .iter()
+            .filter(|m| is_libcuda(&m.path))
+            .cloned()
+            .collect();
         let Some(first) = libcuda_maps.first() else {
             if !proc.exists() {
                 return Err(ProbeError::TargetExited { pid });
@@ -71,7 +74,14 @@ impl Target {
         let libcuda = first.path.clone();
         let libcuda_host_path = proc.join("root").join(libcuda.trim_start_matches('/'));
         let code_maps = all.into_iter().filter(|m| m.executable).collect();
-        Ok(Self { pid, comm, libcuda, libcuda_host_path, libcuda_maps, code_maps })
+        Ok(Self {
+            pid,
+            comm,
+            libcuda,
+            libcuda_host_path,
+            libcuda_maps,
+            code_maps,
+        })
     }
 
     pub fn alive(&self) -> bool {
@@ -80,16 +90,22 @@ impl Target {
 
     /// Thread ids of the target right now.
     pub fn threads(&self) -> Vec<u32> {
-        let Ok(dir) = fs::read_dir(format!("/proc/{}/task", self.pid)) else { return Vec::new() };
-        let mut tids: Vec<u32> =
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+        let Ok(dir) = fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+            return Vec::new();
+        };
+        let mut tids: Vec<u32> = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
         tids.sort_unstable();
         tids
     }
 
     pub fn thread_name(&self, tid: u32) -> String {
-        read_comm(&PathBuf::from(format!("/proc/{}/task/{tid}/comm", self.pid)))
-            .unwrap_or_else(|| "?".into())
+        read_comm(&PathBuf::from(format!(
+            "/proc/{}/task/{tid}/comm",
+            self.pid
+        )))
+        .unwrap_or_else(|| "?".into())
     }
 
     /// The process address of libcuda file offset `file_offset`, if that part is mapped.

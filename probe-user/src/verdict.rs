@@ -23,6 +23,8 @@ pub enum VerdictKind {
     BlockedInSync,
     /// A blocking copy has waited past the bound.
     BlockedInCopy,
+    /// A thread found (by stack scan) inside libcuda past the bound, entry point unknown.
+    BlockedInDriver,
     /// Every target exited.
     TargetExited,
 }
@@ -35,11 +37,17 @@ pub struct Verdict {
 
 pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) -> Verdict {
     if !any_alive {
-        return Verdict { kind: VerdictKind::TargetExited, summary: "every target exited".into() };
+        return Verdict {
+            kind: VerdictKind::TargetExited,
+            summary: "every target exited".into(),
+        };
     }
     let blocked: Vec<&ThreadView> = threads.iter().filter(|t| t.blocked).collect();
     let of = |class| {
-        blocked.iter().copied().filter(move |t| api::id_of(t.api).and_then(api::class) == Some(class))
+        blocked
+            .iter()
+            .copied()
+            .filter(move |t| api::id_of(t.api).and_then(api::class) == Some(class))
     };
     let describe = |t: &ThreadView| {
         let mut s = format!(
@@ -62,13 +70,22 @@ pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) ->
     let launches: Vec<_> = of(ApiClass::Launch).collect();
     let syncs: Vec<_> = of(ApiClass::Sync).collect();
     let copies: Vec<_> = of(ApiClass::Copy).collect();
-    let others = |skip: ApiClass| {
+    let unknown: Vec<_> = blocked
+        .iter()
+        .copied()
+        .filter(|t| api::id_of(t.api).and_then(api::class).is_none())
+        .collect();
+    let others = |listed: &[&ThreadView]| {
         let rest: Vec<_> = blocked
             .iter()
             .copied()
-            .filter(|t| api::id_of(t.api).and_then(api::class) != Some(skip))
+            .filter(|t| !listed.iter().any(|l| (l.pid, l.tid) == (t.pid, t.tid)))
             .collect();
-        if rest.is_empty() { String::new() } else { format!(" Also blocked: {}.", list(rest)) }
+        if rest.is_empty() {
+            String::new()
+        } else {
+            format!(" Also blocked: {}.", list(rest))
+        }
     };
     if !launches.is_empty() {
         return Verdict {
@@ -76,8 +93,8 @@ pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) ->
             summary: format!(
                 "GPU not completing work: launch blocked (driver launch queue full): {}.{} A kernel \
                  ahead in the queue is likely wedged; eBPF-only mode cannot name it.",
-                list(launches),
-                others(ApiClass::Launch)
+                list(launches.clone()),
+                others(&launches)
             ),
         };
     }
@@ -86,8 +103,18 @@ pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) ->
             kind: VerdictKind::BlockedInSync,
             summary: format!(
                 "GPU work not completing: {}.{} A kernel is running long or is wedged.",
-                list(syncs),
-                others(ApiClass::Sync)
+                list(syncs.clone()),
+                others(&syncs)
+            ),
+        };
+    }
+    if !unknown.is_empty() {
+        return Verdict {
+            kind: VerdictKind::BlockedInDriver,
+            summary: format!(
+                "threads stuck inside the CUDA driver: {}.{} GPU work is likely not completing.",
+                list(unknown.clone()),
+                others(&unknown)
             ),
         };
     }
@@ -107,7 +134,11 @@ pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) ->
 }
 
 pub fn fmt_duration(ms: f64) -> String {
-    if ms >= 1000.0 { format!("{:.1} s", ms / 1000.0) } else { format!("{ms:.0} ms") }
+    if ms >= 1000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else {
+        format!("{ms:.0} ms")
+    }
 }
 
 #[cfg(test)]
@@ -117,7 +148,7 @@ mod tests {
     fn thread(api: &'static str, ms: f64, bound: f64) -> ThreadView {
         ThreadView {
             pid: 1,
-            tid: 2,
+            tid: ms as u32,
             name: "w".into(),
             api,
             in_call_ms: ms,
@@ -136,7 +167,10 @@ mod tests {
     #[test]
     fn blocked_launch_wins_over_sync() {
         let v = decide(
-            &[thread("cuStreamSynchronize", 5000.0, 1000.0), thread("cuLaunchKernel", 4000.0, 1000.0)],
+            &[
+                thread("cuStreamSynchronize", 5000.0, 1000.0),
+                thread("cuLaunchKernel", 4000.0, 1000.0),
+            ],
             1000.0,
             true,
         );
@@ -166,6 +200,7 @@ impl VerdictKind {
             Self::LaunchQueueFull => "launch_queue_full",
             Self::BlockedInSync => "blocked_in_sync",
             Self::BlockedInCopy => "blocked_in_copy",
+            Self::BlockedInDriver => "blocked_in_driver",
             Self::TargetExited => "target_exited",
         }
     }

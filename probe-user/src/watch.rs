@@ -24,9 +24,13 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     for p in session.collector.model.procs.values() {
         let facts = &session.facts[&p.target.pid];
         if args.json {
-            writeln!(out, "{}", json!({"event": "attached", "pid": p.target.pid, "comm": p.target.comm,
+            writeln!(
+                out,
+                "{}",
+                json!({"event": "attached", "pid": p.target.pid, "comm": p.target.comm,
                 "libcuda": p.target.libcuda, "traced_entry_points": facts.traced,
-                "missing_symbols": facts.missing}))?;
+                "missing_symbols": facts.missing})
+            )?;
         } else {
             writeln!(
                 out,
@@ -49,12 +53,25 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         let now = sys::monotonic_ns();
         for gone in session.collector.poll(now) {
             if args.json {
-                writeln!(out, "{}", json!({"event": "exited", "pid": gone.pid, "comm": gone.comm}))?;
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"event": "exited", "pid": gone.pid, "comm": gone.comm})
+                )?;
             } else {
-                writeln!(out, "{} EXITED    pid {} ({})", clock(), gone.pid, gone.comm)?;
+                writeln!(
+                    out,
+                    "{} EXITED    pid {} ({})",
+                    clock(),
+                    gone.pid,
+                    gone.comm
+                )?;
             }
         }
-        let threads = session.collector.model.threads_in_calls(now, (bound_ms * 1e6) as u64);
+        let threads = session
+            .collector
+            .model
+            .threads_in_calls(now, (bound_ms * 1e6) as u64);
         let mut still = HashMap::new();
         for t in threads.iter().filter(|t| t.blocked) {
             let key = (t.pid, t.tid, t.api);
@@ -76,7 +93,13 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
             if args.json {
                 writeln!(out, "{}", json!({"event": "verdict", "verdict": v}))?;
             } else {
-                writeln!(out, "{} VERDICT   {}: {}", clock(), v.kind.as_str(), v.summary)?;
+                writeln!(
+                    out,
+                    "{} VERDICT   {}: {}",
+                    clock(),
+                    v.kind.as_str(),
+                    v.summary
+                )?;
             }
             last_kind = v.kind;
         }
@@ -85,7 +108,10 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         if !any_alive || signals::stop_requested() {
             break;
         }
-        if args.duration.is_some_and(|d| now - start >= d.as_nanos() as u64) {
+        if args
+            .duration
+            .is_some_and(|d| now - start >= d.as_nanos() as u64)
+        {
             break;
         }
         std::thread::sleep(TICK);
@@ -97,7 +123,12 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_crossing(out: &mut impl Write, json: bool, what: &str, t: &ThreadView) -> std::io::Result<()> {
+fn print_crossing(
+    out: &mut impl Write,
+    json: bool,
+    what: &str,
+    t: &ThreadView,
+) -> std::io::Result<()> {
     if json {
         return writeln!(out, "{}", json!({"event": what, "thread": t}));
     }
@@ -143,5 +174,11 @@ fn clock() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     let s = now.as_secs() % 86_400;
-    format!("{:02}:{:02}:{:02}.{:03}Z", s / 3600, s / 60 % 60, s % 60, now.subsec_millis())
+    format!(
+        "{:02}:{:02}:{:02}.{:03}Z",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        now.subsec_millis()
+    )
 }

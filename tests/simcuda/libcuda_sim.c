@@ -1,0 +1,243 @@
+/*
+ * A simulated libcuda.so.1, so the eBPF side and the whole pipeline are tested for real on
+ * machines without a GPU.
+ *
+ * It exports the traced driver entry points with their real C signatures (x86-64 System V:
+ * the probe reads launch dimensions and streams from the same registers and stack slots as on
+ * the real driver) and behaves as measured on the H200 (notes/gpu-machine.md):
+ *   - launches go into one bounded queue of 1021 entries drained in order by a "GPU" thread;
+ *   - while the queue is full, a launch spins on sched_yield (≈72k yields/s on the H200);
+ *   - synchronize busy-spins without yielding (100% CPU, zero sched_yield), unless
+ *     SIMCUDA_BLOCKING_SYNC=1, which sleeps instead (cudaDeviceScheduleBlockingSync);
+ *   - a kernel whose name contains "wedge" never completes ("the switch that wedges it")
+ *     until simcuda_release() is called or SIMCUDA_RELEASE_AFTER_S (default 10) seconds
+ *     pass, so a test can never leave a process stuck forever.
+ * Kernel durations: SIMCUDA_KERNEL_US (default 5); a name containing "long" runs
+ * SIMCUDA_LONG_KERNEL_MS (default 3000) ms.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default"), noinline))
+#define QUEUE_CAP 1021
+#define MAX_STREAMS 64
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct sim_kernel *CUfunction;
+typedef struct sim_kernel *CUkernel;
+typedef void *CUmodule, *CUlibrary, *CUcontext, *CUevent, *CUgraphExec;
+typedef struct sim_stream *CUstream;
+typedef unsigned long long CUdeviceptr;
+typedef struct {
+    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned numAttrs;
+} CUlaunchConfig;
+
+enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_NOT_FOUND = 500 };
+
+struct sim_kernel {
+    char name[512];
+    uint64_t duration_ns;
+    int wedges;
+};
+
+struct item {
+    struct sim_kernel *k;
+    uint64_t seq;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
+static struct item queue[QUEUE_CAP];
+static unsigned head, count;
+static uint64_t next_seq = 1;                  /* under mu */
+static _Atomic uint64_t completed_seq;          /* written by the GPU thread */
+static struct { uintptr_t stream; uint64_t last_seq; } streams[MAX_STREAMS]; /* under mu */
+static _Atomic int released;
+static pthread_once_t started = PTHREAD_ONCE_INIT;
+static uint64_t default_kernel_ns, long_kernel_ns, release_after_ns;
+static int blocking_sync;
+static struct sim_kernel graph_kernel = {"graph_launch", 5000, 0};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *v = getenv(name);
+    return v && *v ? strtoull(v, NULL, 10) : dflt;
+}
+
+static void sleep_ns(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    nanosleep(&ts, NULL);
+}
+
+/* The "GPU": executes queued kernels in order, one at a time. */
+static void *gpu_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&mu);
+        while (count == 0) pthread_cond_wait(&work, &mu);
+        struct item it = queue[head];
+        pthread_mutex_unlock(&mu);
+        if (it.k->wedges) {
+            uint64_t deadline = now_ns() + release_after_ns;
+            while (!atomic_load(&released) && now_ns() < deadline) sleep_ns(1000000);
+        } else if (it.k->duration_ns >= 50000) {
+            sleep_ns(it.k->duration_ns);
+        } else {
+            uint64_t end = now_ns() + it.k->duration_ns;
+            while (now_ns() < end) {
+            }
+        }
+        pthread_mutex_lock(&mu);
+        head = (head + 1) % QUEUE_CAP;
+        count--;
+        pthread_mutex_unlock(&mu);
+        atomic_store(&completed_seq, it.seq);
+    }
+    return NULL;
+}
+
+static void start_gpu(void) {
+    default_kernel_ns = env_u64("SIMCUDA_KERNEL_US", 5) * 1000;
+    long_kernel_ns = env_u64("SIMCUDA_LONG_KERNEL_MS", 3000) * 1000000;
+    release_after_ns = env_u64("SIMCUDA_RELEASE_AFTER_S", 10) * 1000000000ull;
+    blocking_sync = env_u64("SIMCUDA_BLOCKING_SYNC", 0) != 0;
+    pthread_t t;
+    pthread_create(&t, NULL, gpu_main, NULL);
+    pthread_setname_np(t, "sim-gpu");
+    pthread_detach(t);
+}
+
+static uint64_t *stream_slot(CUstream s) {
+    uintptr_t key = (uintptr_t)s;
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (streams[i].stream == key || streams[i].last_seq == 0) {
+            streams[i].stream = key;
+            return &streams[i].last_seq;
+        }
+    }
+    return &streams[MAX_STREAMS - 1].last_seq;
+}
+
+/* Enqueue; while the queue is full, spin on sched_yield as the real driver does. */
+static CUresult enqueue(struct sim_kernel *k, CUstream s) {
+    if (!k) return CUDA_ERROR_INVALID_VALUE;
+    pthread_once(&started, start_gpu);
+    pthread_mutex_lock(&mu);
+    while (count == QUEUE_CAP) {
+        pthread_mutex_unlock(&mu);
+        sched_yield();
+        pthread_mutex_lock(&mu);
+    }
+    uint64_t seq = next_seq++;
+    queue[(head + count) % QUEUE_CAP] = (struct item){k, seq};
+    count++;
+    *stream_slot(s) = seq;
+    pthread_cond_signal(&work);
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+/* Wait until `seq` completed: a busy spin without yields, or a sleep in blocking-sync mode. */
+static CUresult wait_for(uint64_t seq) {
+    while (atomic_load(&completed_seq) < seq) {
+        if (blocking_sync) sleep_ns(1000000);
+        else __builtin_ia32_pause();
+    }
+    return CUDA_SUCCESS;
+}
+
+static uint64_t last_launched(CUstream s) {
+    pthread_mutex_lock(&mu);
+    uint64_t seq = s == (CUstream)-1 ? next_seq - 1 : *stream_slot(s);
+    pthread_mutex_unlock(&mu);
+    return seq;
+}
+
+EXPORT CUresult cuInit(unsigned flags) { (void)flags; pthread_once(&started, start_gpu); return 0; }
+EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) { *d = ordinal; return 0; }
+EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned f, CUdevice d) { (void)f; (void)d; *c = (CUcontext)0x1; return 0; }
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) {
+    (void)flags;
+    *s = (CUstream)calloc(1, 64);
+    return *s ? 0 : 2;
+}
+
+static struct sim_kernel *new_kernel(const char *name) {
+    struct sim_kernel *k = calloc(1, sizeof *k);
+    if (!k) return NULL;
+    snprintf(k->name, sizeof k->name, "%s", name);
+    k->wedges = strstr(name, "wedge") != NULL;
+    k->duration_ns = strstr(name, "long") ? long_kernel_ns : default_kernel_ns;
+    return k;
+}
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    (void)m;
+    pthread_once(&started, start_gpu);
+    *f = new_kernel(name);
+    return *f ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+EXPORT CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) {
+    return cuModuleGetFunction(k, l, name);
+}
+EXPORT CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) { *f = k; return 0; }
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                               void **params, void **extra) {
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
+    return enqueue(f, s);
+}
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                    unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                                    void **params, void **extra) {
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
+    return enqueue(f, s);
+}
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    (void)params; (void)extra;
+    return c ? enqueue(f, c->hStream) : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    (void)params; (void)extra;
+    return c ? enqueue(f, c->hStream) : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                          unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                          CUstream s, void **params) {
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params;
+    return enqueue(f, s);
+}
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)g; return enqueue(&graph_kernel, s); }
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { (void)g; return enqueue(&graph_kernel, s); }
+
+EXPORT CUresult cuStreamSynchronize(CUstream s) { return wait_for(last_launched(s)); }
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { return wait_for(last_launched(s)); }
+EXPORT CUresult cuCtxSynchronize(void) { return wait_for(last_launched((CUstream)-1)); }
+EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return wait_for(last_launched((CUstream)-1)); }
+
+/* Synchronous copies wait for all prior work (legacy default stream semantics). */
+EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(last_launched((CUstream)-1)); }
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { (void)d; (void)s; (void)n; return wait_for(last_launched((CUstream)-1)); }
+EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(last_launched((CUstream)-1)); }
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(last_launched((CUstream)-1)); }
+
+/* Test controls (not part of the CUDA API). */
+EXPORT void simcuda_release(void) { atomic_store(&released, 1); }

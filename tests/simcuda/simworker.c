@@ -1,0 +1,131 @@
+/*
+ * Workloads on the simulated driver: a serving worker that wedges, a healthy busy one, one
+ * that churns short-lived threads, and a launch-bound loop for the benchmark.
+ *
+ *   simworker wedge   [run_s] [wedge_after_ms]   launcher thread keeps launching (blocks on the
+ *                                                full queue behind "attn_wedge_kernel"); a
+ *                                                syncer thread blocks in cuStreamSynchronize
+ *   simworker healthy [run_s]                    short kernels + a sync every 64 launches, and
+ *                                                one legitimately long kernel per run
+ *   simworker threads [run_s]                    many short-lived launching threads
+ *   simworker bench   [launches]                 prints "ns_per_launch N" (CPU time)
+ *   simworker exit-soon                          initialises CUDA and exits after 50 ms
+ *
+ * The process releases itself: the wedged kernel completes after SIMCUDA_RELEASE_AFTER_S,
+ * and every mode exits after run_s.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef void *CUfunction, *CUstream, *CUmodule;
+CUresult cuInit(unsigned);
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, CUstream, void **, void **);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuCtxSynchronize(void);
+
+static CUstream stream;
+static CUfunction prefill, decode, wedge, long_kernel;
+static volatile int stop;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void launch(CUfunction f) {
+    if (cuLaunchKernel(f, 132, 2, 1, 128, 1, 1, 4096, stream, NULL, NULL) != 0) {
+        fprintf(stderr, "simworker: launch failed\n");
+        exit(1);
+    }
+}
+
+static void *syncer(void *arg) {
+    (void)arg;
+    while (!stop) {
+        cuStreamSynchronize(stream);
+        usleep(20000);
+    }
+    return NULL;
+}
+
+static void *short_lived(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 20; i++) launch(decode);
+    cuStreamSynchronize(stream);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "wedge";
+    double run_s = argc > 2 ? atof(argv[2]) : 15;
+    cuInit(0);
+    cuStreamCreate(&stream, 0);
+    cuModuleGetFunction(&prefill, NULL, "_Z14prefill_kernelPfS_i");
+    cuModuleGetFunction(&decode, NULL, "_Z13decode_kernelPKfPfi");
+    cuModuleGetFunction(&wedge, NULL, "_Z17attn_wedge_kernelP7barrierPf");
+    cuModuleGetFunction(&long_kernel, NULL, "_Z11long_kernelPf");
+    pthread_setname_np(pthread_self(), "launcher");
+    double start = now_s();
+
+    if (!strcmp(mode, "wedge")) {
+        double wedge_after = (argc > 3 ? atof(argv[3]) : 300) / 1e3;
+        pthread_t t;
+        pthread_create(&t, NULL, syncer, NULL);
+        pthread_setname_np(t, "syncer");
+        while (now_s() - start < wedge_after) {
+            launch(prefill);
+            usleep(100);
+        }
+        launch(wedge);
+        while (now_s() - start < run_s) launch(decode); /* blocks once 1021 are queued */
+        stop = 1;
+        pthread_join(t, NULL);
+    } else if (!strcmp(mode, "healthy")) {
+        long n = 0;
+        launch(long_kernel);
+        while (now_s() - start < run_s) {
+            launch(decode);
+            if (++n % 64 == 0) cuStreamSynchronize(stream);
+            usleep(50);
+        }
+        cuCtxSynchronize();
+    } else if (!strcmp(mode, "threads")) {
+        while (now_s() - start < run_s) {
+            pthread_t t;
+            pthread_create(&t, NULL, short_lived, NULL);
+            pthread_join(t, NULL);
+        }
+    } else if (!strcmp(mode, "bench")) {
+        long launches = argc > 2 ? atol(argv[2]) : 200000;
+        struct timespec a, b;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+        double w0 = now_s();
+        for (long i = 0; i < launches; i++) {
+            launch(decode);
+            if (i % 1000 == 999) cuStreamSynchronize(stream); /* never fill the queue */
+        }
+        cuStreamSynchronize(stream);
+        double wall = now_s() - w0;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        (void)a;
+        double cpu = b.tv_sec + b.tv_nsec / 1e9;
+        printf("launches %ld wall_ns_per_launch %.1f thread_cpu_ns_per_launch %.1f\n", launches,
+               wall * 1e9 / launches, cpu * 1e9 / launches);
+    } else if (!strcmp(mode, "exit-soon")) {
+        usleep(50000);
+    } else {
+        fprintf(stderr, "simworker: unknown mode %s\n", mode);
+        return 2;
+    }
+    return 0;
+}
