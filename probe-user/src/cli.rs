@@ -37,8 +37,10 @@ pub struct Targets {
 pub struct ReportArgs {
     #[command(flatten)]
     pub targets: Targets,
-    /// How long to observe before printing (at most 60s).
-    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    /// How long to observe before printing (at most 60s). A thread already inside a call at
+    /// attach is known to be inside for at least this long, so the default equals the
+    /// default --blocked-after.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub window: Duration,
     /// Print JSON (schema in the README) instead of text.
     #[arg(long)]

@@ -85,7 +85,6 @@ fn report(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
         (now - start) as f64 / 1e6,
         args.targets.blocked_after.as_secs_f64() * 1e3,
     );
-    session.collector.detach_all();
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &report)?;
         writeln!(out)?;
@@ -93,6 +92,9 @@ fn report(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
         report.write_text(out)?;
     }
     out.flush()?;
+    // Detaching takes seconds (see Probe::detach): let a pipeline reading us finish first.
+    sys::close_stdout();
+    session.collector.detach_all();
     Ok(())
 }
 

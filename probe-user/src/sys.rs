@@ -67,3 +67,11 @@ pub fn raise_memlock_limit() {
 pub fn online_cpus() -> Vec<u32> {
     aya::util::online_cpus().unwrap_or_else(|_| vec![0])
 }
+
+/// Closes fd 1 so a reader sees end-of-file while wedgeprobe finishes detaching; later writes
+/// to stdout fail with EBADF, which nothing does after this.
+pub fn close_stdout() {
+    // SAFETY: fd 1 is owned by this process; Rust's stdout is flushed by the caller and the
+    // lock is not used afterwards.
+    unsafe { libc::close(1) };
+}

@@ -11,6 +11,8 @@
  *   simworker bench   [launches]                 prints "ns_per_launch N" (CPU time)
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
  *
+ * SIMWORKER_START_DELAY_MS delays everything (a probe can attach before the kernel lookups).
+ *
  * The process releases itself: the wedged kernel completes after SIMCUDA_RELEASE_AFTER_S,
  * and every mode exits after run_s.
  */
@@ -68,6 +70,9 @@ static void *short_lived(void *arg) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "wedge";
     double run_s = argc > 2 ? atof(argv[2]) : 15;
+    /* SIMWORKER_START_DELAY_MS: time for a probe to attach before the kernels are looked up. */
+    const char *delay = getenv("SIMWORKER_START_DELAY_MS");
+    if (delay) usleep(atoi(delay) * 1000);
     cuInit(0);
     cuStreamCreate(&stream, 0);
     cuModuleGetFunction(&prefill, NULL, "_Z14prefill_kernelPfS_i");

@@ -1,1 +1,77 @@
-fn main() {}
+//! Developer tasks, so that every workflow is one `cargo xtask …` command:
+//! `demo` (the README's first command), `test` (the second), `bench`.
+
+mod bench;
+mod demo;
+
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// A simulated serving worker wedges; wedgeprobe attaches and says why (root).
+    Demo,
+    /// Build everything and run the whole test suite (integration tests need root).
+    Test,
+    /// Launches per second with and without wedgeprobe attached, on the simulated driver.
+    Bench(bench::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Demo => demo::run_demo(),
+        Task::Test => test(),
+        Task::Bench(args) => bench::run(&args),
+    };
+    if let Err(e) = result {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Runs a command, failing with its name if it fails.
+pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let status = cmd.status().with_context(|| format!("failed to start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// Builds the wedgeprobe binary in `profile` and returns its path.
+pub fn build_wedgeprobe(release: bool) -> anyhow::Result<std::path::PathBuf> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--quiet", "-p", "probe-user"]);
+    if release {
+        cmd.arg("--release");
+    }
+    run(&mut cmd)?;
+    let dir = if release { "release" } else { "debug" };
+    Ok(workspace_root().join("target").join(dir).join("wedgeprobe"))
+}
+
+pub fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask is in the workspace").into()
+}
+
+fn test() -> anyhow::Result<()> {
+    build_wedgeprobe(false)?;
+    // Unit tests of every crate, then the integration tests one at a time: each runs real
+    // workloads that spin on both cores, and several at once would starve each other.
+    run(cargo().args(["test", "--workspace", "--exclude", "wp-tests"]))?;
+    run(cargo().args(["test", "-p", "wp-tests", "--", "--test-threads=1"]))
+}

@@ -1,0 +1,101 @@
+//! `cargo xtask bench`: the per-launch cost of having wedgeprobe attached, on the simulated
+//! driver. A launch-bound loop (`simworker bench N`: N launches, a sync every 1000 so the
+//! queue never fills) runs alternately bare and with `wedgeprobe watch` attached, several
+//! rounds interleaved (this machine is noisy: compare only within one run), and the medians
+//! of the launcher thread's CPU time per launch are compared. The GPU machine uses the same
+//! method with gpu/bench.sh.
+
+use std::{
+    io::Read as _,
+    process::{Command, Stdio},
+    thread::sleep,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::build_wedgeprobe;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Launches per run.
+    #[arg(long, default_value_t = 200_000)]
+    launches: u64,
+    /// Rounds of (bare, attached), interleaved.
+    #[arg(long, default_value_t = 5)]
+    rounds: u32,
+}
+
+/// Time the worker waits before its loop, so wedgeprobe has attached when it starts.
+const ATTACH_GRACE_MS: u64 = 2000;
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the benchmark attaches eBPF probes: run it as root");
+    }
+    let wedgeprobe = build_wedgeprobe(true)?;
+    let (mut bare, mut attached) = (Vec::new(), Vec::new());
+    for round in 0..args.rounds {
+        // Alternate the order so drift in the machine's load hits both sides alike.
+        let order = if round % 2 == 0 { [false, true] } else { [true, false] };
+        for with_probe in order {
+            let ns = one_run(args.launches, with_probe.then_some(wedgeprobe.as_path()))?;
+            eprintln!("round {round}: {} {ns:.1} ns/launch", if with_probe { "attached" } else { "bare" });
+            if with_probe { attached.push(ns) } else { bare.push(ns) }
+        }
+    }
+    let (b, a) = (median(&mut bare), median(&mut attached));
+    println!("| driver | launches/run | rounds | bare ns/launch | attached ns/launch | added ns/launch | ratio |");
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| simulated | {} | {} | {b:.0} | {a:.0} | {:+.0} | {:.2} |",
+        args.launches,
+        args.rounds,
+        a - b,
+        a / b
+    );
+    Ok(())
+}
+
+/// One worker run; returns the launcher thread's CPU ns per launch.
+fn one_run(launches: u64, wedgeprobe: Option<&std::path::Path>) -> anyhow::Result<f64> {
+    let mut worker = Command::new(wp_tests::simworker())
+        .args(["bench", &launches.to_string()])
+        .env("SIMWORKER_START_DELAY_MS", ATTACH_GRACE_MS.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("failed to start simworker")?;
+    let mut probe = match wedgeprobe {
+        Some(path) => {
+            sleep(Duration::from_millis(200));
+            Some(
+                Command::new(path)
+                    .args(["watch", "--pid", &worker.id().to_string()])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .context("failed to start wedgeprobe")?,
+            )
+        }
+        None => None,
+    };
+    let mut out = String::new();
+    worker.stdout.take().context("no stdout")?.read_to_string(&mut out)?;
+    let status = worker.wait()?;
+    if let Some(p) = probe.as_mut() {
+        let _ = p.wait(); // it exits by itself when the worker has
+    }
+    if !status.success() {
+        bail!("simworker bench failed: {status}");
+    }
+    out.split_whitespace()
+        .skip_while(|w| *w != "thread_cpu_ns_per_launch")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("unexpected simworker output: {out}"))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
