@@ -176,7 +176,7 @@ impl Collector {
                 .target
                 .threads()
                 .into_iter()
-                .filter(|tid| !p.threads.get(tid).is_some_and(|t| t.uprobe_call.is_some()))
+                .filter(|tid| p.threads.get(tid).is_none_or(|t| t.uprobe_call.is_none()))
                 .collect();
             for tid in idle {
                 if !is_sleeping(pid, tid) {
@@ -210,6 +210,10 @@ impl Collector {
                 });
                 self.probe.detach(pid);
                 continue;
+            }
+            // Threads rename themselves (pthread_setname_np after start): re-read names.
+            for (&tid, t) in p.threads.iter_mut() {
+                t.name = p.target.thread_name(tid);
             }
             let alive = p.target.threads();
             for tid in self.model.prune_threads(pid, &alive) {

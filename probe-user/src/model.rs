@@ -226,7 +226,10 @@ impl Model {
         });
         let attached = p.attached_ns;
         if std::env::var_os("WEDGEPROBE_DEBUG_SCAN").is_some() {
-            eprintln!("scan pid {pid} tid {tid} ip {ip:#x} stack {} bytes -> {found:?}", stack.len());
+            eprintln!(
+                "scan pid {pid} tid {tid} ip {ip:#x} stack {} bytes -> {found:?}",
+                stack.len()
+            );
         }
         let Some(t) = self.thread(pid, tid) else {
             return;

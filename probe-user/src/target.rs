@@ -87,8 +87,12 @@ impl Target {
     /// False once the process exited, including while it is a zombie its parent has not
     /// reaped yet (its threads and mappings are gone then).
     pub fn alive(&self) -> bool {
-        let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", self.pid)) else { return false };
-        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+        let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
+            return false;
+        };
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
         !matches!(state, None | Some('Z' | 'X'))
     }
 

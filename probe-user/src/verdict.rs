@@ -35,6 +35,20 @@ pub struct Verdict {
     pub summary: String,
 }
 
+impl VerdictKind {
+    /// The JSON spelling, for text output too.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::LaunchQueueFull => "launch_queue_full",
+            Self::BlockedInSync => "blocked_in_sync",
+            Self::BlockedInCopy => "blocked_in_copy",
+            Self::BlockedInDriver => "blocked_in_driver",
+            Self::TargetExited => "target_exited",
+        }
+    }
+}
+
 pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) -> Verdict {
     if !any_alive {
         return Verdict {
@@ -189,19 +203,5 @@ mod tests {
     fn sync_alone() {
         let v = decide(&[thread("cuCtxSynchronize", 1500.0, 1000.0)], 1000.0, true);
         assert_eq!(v.kind, VerdictKind::BlockedInSync);
-    }
-}
-
-impl VerdictKind {
-    /// The JSON spelling, for text output too.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Healthy => "healthy",
-            Self::LaunchQueueFull => "launch_queue_full",
-            Self::BlockedInSync => "blocked_in_sync",
-            Self::BlockedInCopy => "blocked_in_copy",
-            Self::BlockedInDriver => "blocked_in_driver",
-            Self::TargetExited => "target_exited",
-        }
     }
 }

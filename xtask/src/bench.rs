@@ -38,15 +38,28 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let (mut bare, mut attached) = (Vec::new(), Vec::new());
     for round in 0..args.rounds {
         // Alternate the order so drift in the machine's load hits both sides alike.
-        let order = if round % 2 == 0 { [false, true] } else { [true, false] };
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
         for with_probe in order {
             let ns = one_run(args.launches, with_probe.then_some(wedgeprobe.as_path()))?;
-            eprintln!("round {round}: {} {ns:.1} ns/launch", if with_probe { "attached" } else { "bare" });
-            if with_probe { attached.push(ns) } else { bare.push(ns) }
+            eprintln!(
+                "round {round}: {} {ns:.1} ns/launch",
+                if with_probe { "attached" } else { "bare" }
+            );
+            if with_probe {
+                attached.push(ns)
+            } else {
+                bare.push(ns)
+            }
         }
     }
     let (b, a) = (median(&mut bare), median(&mut attached));
-    println!("| driver | launches/run | rounds | bare ns/launch | attached ns/launch | added ns/launch | ratio |");
+    println!(
+        "| driver | launches/run | rounds | bare ns/launch | attached ns/launch | added ns/launch | ratio |"
+    );
     println!("|---|---|---|---|---|---|---|");
     println!(
         "| simulated | {} | {} | {b:.0} | {a:.0} | {:+.0} | {:.2} |",
@@ -80,7 +93,11 @@ fn one_run(launches: u64, wedgeprobe: Option<&std::path::Path>) -> anyhow::Resul
         None => None,
     };
     let mut out = String::new();
-    worker.stdout.take().context("no stdout")?.read_to_string(&mut out)?;
+    worker
+        .stdout
+        .take()
+        .context("no stdout")?
+        .read_to_string(&mut out)?;
     let status = worker.wait()?;
     if let Some(p) = probe.as_mut() {
         let _ = p.wait(); // it exits by itself when the worker has

@@ -33,12 +33,12 @@ pub fn run_demo() -> anyhow::Result<()> {
         sleep(Duration::from_secs(3));
         println!("\ndemo: $ wedgeprobe report --pid {pid}\n");
         run(Command::new(&wedgeprobe).args(["report", "--pid", &pid]))?;
-        println!("\ndemo: $ wedgeprobe watch --pid {pid}   (the kernel is released at ~12 s, the worker exits at 16 s)\n");
+        println!(
+            "\ndemo: $ wedgeprobe watch --pid {pid}   (the kernel is released at ~12 s, the worker exits at 16 s)\n"
+        );
         run(Command::new(&wedgeprobe).args(["watch", "--pid", &pid, "--duration", "30s"]))
     })();
     let _ = worker.kill();
     let _ = worker.wait();
     result
 }
-
-

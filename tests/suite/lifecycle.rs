@@ -1,0 +1,98 @@
+//! Targets that go away, and a probe that is killed: nothing of ours may stay in the kernel.
+
+use std::{
+    collections::BTreeSet,
+    fs,
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use super::{Worker, report_json, require_root, secs, wait_until, wedgeprobe_bin};
+
+#[test]
+fn target_exits_during_report() {
+    require_root!();
+    let w = Worker::spawn(&["healthy", "1"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
+    let r = report_json(&["--pid", &w.pid_arg(), "--window", "3s"]);
+    assert_eq!(r["targets"][0]["exited"], true, "{}", r["targets"]);
+    assert_eq!(r["verdict"]["kind"], "target_exited");
+    drop(w);
+}
+
+/// BPF program and link ids held by a process, from its fdinfo (the kernel's own view).
+fn bpf_ids(pid: u32) -> (BTreeSet<u32>, BTreeSet<u32>) {
+    let (mut progs, mut links) = (BTreeSet::new(), BTreeSet::new());
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return (progs, links);
+    };
+    for e in dir.flatten() {
+        let Ok(info) = fs::read_to_string(e.path()) else {
+            continue;
+        };
+        for line in info.lines() {
+            if let Some(id) = line.strip_prefix("prog_id:") {
+                progs.extend(id.trim().parse::<u32>().ok());
+            }
+            if let Some(id) = line.strip_prefix("link_id:") {
+                links.extend(id.trim().parse::<u32>().ok());
+            }
+        }
+    }
+    (progs, links)
+}
+
+fn loaded_prog_ids() -> BTreeSet<u32> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| p.id())
+        .collect()
+}
+
+fn loaded_link_ids() -> BTreeSet<u32> {
+    aya::programs::loaded_links()
+        .filter_map(Result::ok)
+        .map(|l| l.id())
+        .collect()
+}
+
+#[test]
+fn sigkill_leaves_no_program_or_link_behind() {
+    require_root!();
+    let w = Worker::spawn(&["healthy", "30"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
+    let mut child = Command::new(wedgeprobe_bin())
+        .args(["watch", "--pid", &w.pid_arg()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start watch");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("watching pid"), "{first}");
+    let (progs, links) = bpf_ids(child.id());
+    assert!(progs.len() >= 6, "wedgeprobe holds its programs: {progs:?}");
+    assert!(!links.is_empty(), "wedgeprobe holds links: {links:?}");
+    assert!(progs.is_subset(&loaded_prog_ids()));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // The kernel releases them as it closes the dead process's fds (~100 ms per uprobe).
+    let gone = wait_until(Duration::from_secs(30), || {
+        loaded_prog_ids().is_disjoint(&progs) && loaded_link_ids().is_disjoint(&links)
+    });
+    assert!(
+        gone,
+        "still loaded: programs {:?}, links {:?}",
+        loaded_prog_ids().intersection(&progs).collect::<Vec<_>>(),
+        loaded_link_ids().intersection(&links).collect::<Vec<_>>()
+    );
+    // No uprobe of ours in tracefs either (aya uses perf-event uprobes, which never appear
+    // there; a leftover would be a bug elsewhere).
+    let events = fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
+    assert!(
+        !events.contains("simcuda"),
+        "leftover uprobe events: {events}"
+    );
+    drop(w);
+    let _ = secs(0.0);
+}

@@ -1,0 +1,129 @@
+//! Helpers shared by the integration tests: workloads that clean up after themselves,
+//! running wedgeprobe, and the root check.
+
+mod bad_input;
+mod lifecycle;
+mod report;
+mod watch;
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Output, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+/// Skips (with the reason on stderr) unless running as root.
+macro_rules! require_root {
+    () => {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: needs root to load eBPF programs (CI runs as root)");
+            return;
+        }
+    };
+}
+pub(crate) use require_root;
+
+/// The wedgeprobe binary `cargo xtask test` builds before the tests.
+pub fn wedgeprobe_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("WEDGEPROBE_BIN") {
+        return p.into();
+    }
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/wedgeprobe");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask test` (it builds it first)",
+        p.display()
+    );
+    p
+}
+
+/// A simulated-driver workload, killed when dropped.
+pub struct Worker {
+    pub child: Child,
+}
+
+impl Worker {
+    pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(wp_tests::simworker());
+        cmd.args(args).stdout(Stdio::null()).stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self {
+            child: cmd.spawn().expect("failed to start simworker"),
+        }
+    }
+
+    pub fn spawn_path(path: PathBuf, args: &[&str]) -> Self {
+        let child = Command::new(path)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("failed to start worker");
+        Self { child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn pid_arg(&self) -> String {
+        self.pid().to_string()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn wedgeprobe(args: &[&str]) -> Output {
+    Command::new(wedgeprobe_bin())
+        .args(args)
+        .output()
+        .expect("failed to run wedgeprobe")
+}
+
+/// `wedgeprobe report --json` parsed, with its exit status checked.
+pub fn report_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["report", "--json"];
+    all.extend_from_slice(args);
+    let out = wedgeprobe(&all);
+    assert!(
+        out.status.success(),
+        "wedgeprobe {all:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The thread of the report named `name`, if it is inside a call.
+pub fn thread<'a>(report: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
+    report["threads"]
+        .as_array()?
+        .iter()
+        .find(|t| t["name"] == name)
+}
+
+/// Polls `f` until it returns true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+pub fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}

@@ -1,0 +1,181 @@
+//! `wedgeprobe report` against wedged, healthy and several workloads.
+
+use std::thread::sleep;
+
+use super::{Worker, report_json, require_root, secs, thread};
+
+/// Attached before the wedge: the uprobes see the calls begin, so times and arguments are
+/// exact, and the kernel names are known (attached before cuModuleGetFunction).
+#[test]
+fn wedge_names_the_blocked_launcher_and_syncer() {
+    require_root!();
+    let w = Worker::spawn(
+        &["wedge", "12", "1000"],
+        &[
+            ("SIMWORKER_START_DELAY_MS", "1500"),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    sleep(secs(0.3));
+    // Attach at ~0.5 s; the kernels are looked up at 1.5 s, the wedge at 2.5 s.
+    let r = report_json(&["--pid", &w.pid_arg(), "--window", "5s"]);
+    let launcher = thread(&r, "launcher").expect("launcher is in a call");
+    assert_eq!(launcher["api"], "cuLaunchKernel");
+    assert_eq!(launcher["seen_by"], "uprobe");
+    assert_eq!(launcher["blocked"], true);
+    assert!(
+        launcher["in_call_ms"].as_f64().unwrap() > 1000.0,
+        "{launcher}"
+    );
+    assert!(
+        launcher["sched_yield_per_s"].as_f64().unwrap() > 1000.0,
+        "{launcher}"
+    );
+    assert_eq!(launcher["grid"], serde_json::json!([132, 2, 1]));
+    assert_eq!(launcher["block"], serde_json::json!([128, 1, 1]));
+    assert_eq!(launcher["kernel"], "_Z13decode_kernelPKfPfi");
+    let stream = launcher["stream"].as_str().expect("stream known");
+    let syncer = thread(&r, "syncer").expect("syncer is in a call");
+    assert_eq!(syncer["api"], "cuStreamSynchronize");
+    assert_eq!(
+        syncer["stream"].as_str(),
+        Some(stream),
+        "both wait on the same stream"
+    );
+    assert_eq!(syncer["blocked"], true);
+    assert!(
+        syncer["sched_yield_per_s"].as_f64().unwrap() < 1.0,
+        "sync spins without yielding"
+    );
+    assert_eq!(r["verdict"]["kind"], "launch_queue_full");
+    assert!(
+        r["verdict"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("launcher")
+    );
+    let lat = r["latency"].as_array().unwrap();
+    assert!(
+        lat.iter()
+            .any(|l| l["api"] == "cuLaunchKernel" && l["count"].as_u64() > Some(1000))
+    );
+    for (k, v) in r["lost"].as_object().unwrap() {
+        assert_eq!(v, 0, "lost {k}");
+    }
+}
+
+/// Attached after the wedge (the 3 a.m. case): the threads are found by stack scan.
+#[test]
+fn wedge_found_after_the_fact_by_stack_scan() {
+    require_root!();
+    let w = Worker::spawn(&["wedge", "10", "300"], &[("SIMCUDA_RELEASE_AFTER_S", "8")]);
+    sleep(secs(1.5));
+    let r = report_json(&["--pid", &w.pid_arg()]);
+    let launcher = thread(&r, "launcher").expect("launcher found");
+    assert_eq!(launcher["api"], "cuLaunchKernel");
+    assert_eq!(launcher["seen_by"], "stack-scan");
+    assert_eq!(launcher["in_call_at_least"], true);
+    assert_eq!(launcher["blocked"], true);
+    let syncer = thread(&r, "syncer").expect("syncer found");
+    assert_eq!(syncer["api"], "cuStreamSynchronize");
+    assert!(
+        thread(&r, "sim-gpu").is_none(),
+        "the driver's own thread is no API call"
+    );
+    assert_eq!(r["verdict"]["kind"], "launch_queue_full");
+}
+
+/// A synchronize that sleeps (blocking sync) is found from /proc, off-CPU.
+#[test]
+fn sleeping_sync_found_after_the_fact() {
+    require_root!();
+    let w = Worker::spawn(
+        &["wedge", "10", "300"],
+        &[
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+            ("SIMCUDA_BLOCKING_SYNC", "1"),
+        ],
+    );
+    sleep(secs(1.5));
+    let r = report_json(&["--pid", &w.pid_arg()]);
+    let syncer = thread(&r, "syncer").expect("syncer found");
+    assert_eq!(syncer["api"], "cuStreamSynchronize");
+    assert_eq!(syncer["blocked"], true);
+}
+
+#[test]
+fn healthy_busy_process_is_not_blocked() {
+    require_root!();
+    let w = Worker::spawn(&["healthy", "8"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
+    sleep(secs(0.5));
+    let r = report_json(&["--pid", &w.pid_arg(), "--window", "2s"]);
+    assert_eq!(r["verdict"]["kind"], "healthy", "{}", r["verdict"]);
+    assert!(
+        r["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["blocked"] == false)
+    );
+    let lat = r["latency"].as_array().unwrap();
+    let count = |api: &str| {
+        lat.iter()
+            .find(|l| l["api"] == api)
+            .and_then(|l| l["count"].as_u64())
+            .unwrap_or(0)
+    };
+    assert!(count("cuLaunchKernel") > 1000, "{lat:?}");
+    assert!(count("cuStreamSynchronize") > 10, "{lat:?}");
+}
+
+#[test]
+fn two_targets_at_once() {
+    require_root!();
+    let a = Worker::spawn(&["wedge", "10", "300"], &[("SIMCUDA_RELEASE_AFTER_S", "8")]);
+    let b = Worker::spawn(&["healthy", "10"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
+    sleep(secs(1.5));
+    let r = report_json(&["--pid", &a.pid_arg(), "--pid", &b.pid_arg()]);
+    let pids: Vec<u64> = r["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    let blocked: Vec<&serde_json::Value> = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["blocked"] == true)
+        .collect();
+    assert!(!blocked.is_empty());
+    assert!(
+        blocked
+            .iter()
+            .all(|t| t["pid"].as_u64() == Some(a.pid() as u64)),
+        "{blocked:?}"
+    );
+    assert_eq!(r["verdict"]["kind"], "launch_queue_full");
+}
+
+#[test]
+fn many_short_lived_threads() {
+    require_root!();
+    let w = Worker::spawn(&["threads", "6"], &[]);
+    sleep(secs(0.3));
+    let r = report_json(&["--pid", &w.pid_arg(), "--window", "3s"]);
+    let lat = r["latency"].as_array().unwrap();
+    let launches = lat
+        .iter()
+        .find(|l| l["api"] == "cuLaunchKernel")
+        .and_then(|l| l["count"].as_u64())
+        .unwrap_or(0);
+    assert!(launches > 1000, "{lat:?}");
+    assert_eq!(r["verdict"]["kind"], "healthy");
+    for (k, v) in r["lost"].as_object().unwrap() {
+        // Calls already under way while the probes went in return without a seen entry.
+        if k != "exit_without_entry" {
+            assert_eq!(v, 0, "lost {k}");
+        }
+    }
+}
