@@ -227,8 +227,8 @@ impl Model {
         let attached = p.attached_ns;
         if std::env::var_os("WEDGEPROBE_DEBUG_SCAN").is_some() {
             eprintln!(
-                "scan pid {pid} tid {tid} ip {ip:#x} stack {} bytes -> {found:?}",
-                stack.len()
+                "scan pid {pid} tid {tid} -> {found:?}: {}",
+                stackscan::explain(ip, stack, &p.code)
             );
         }
         let Some(t) = self.thread(pid, tid) else {

@@ -80,6 +80,35 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found>
     inside.then(|| found.map_or(Found::UnknownEntryPoint, Found::EntryPoint))
 }
 
+/// The validated return addresses of a stack, innermost first, tagged `L` (libcuda), `C`
+/// (libc), `E<id>` (inside a traced entry point), `->target` (the call's target when it can
+/// be followed): for `WEDGEPROBE_DEBUG_SCAN=1`, to see why a stack was read as it was.
+pub fn explain(ip: u64, stack: &[u8], code: &impl CodeView) -> String {
+    let mut out = format!("ip {ip:#x}{}", if code.in_libcuda(ip) { " L" } else { "" });
+    for word in stack.chunks_exact(8) {
+        let Ok(bytes) = word.try_into() else { continue };
+        let addr = u64::from_le_bytes(bytes);
+        if !code.in_code(addr) {
+            continue;
+        }
+        let Some(call) = call_before(code, addr) else { continue };
+        out.push_str(&format!(" | {addr:#x}"));
+        if code.in_libcuda(addr) {
+            out.push_str(" L");
+        }
+        if code.in_libc(addr) {
+            out.push_str(" C");
+        }
+        if let Some(id) = code.entry_point_at(addr) {
+            out.push_str(&format!(" E{id}"));
+        }
+        if let Some(t) = call_target(code, addr, call) {
+            out.push_str(&format!(" ->{t:#x}"));
+        }
+    }
+    out
+}
+
 /// The form of the call instruction that ends just before a return address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Call {

@@ -1,0 +1,116 @@
+// A reproducer of the production wedge: a kernel spins in an mbarrier phase wait that never
+// completes (one arrival of the two it expects, like a TMA transaction that never lands).
+// It always releases itself: a CPU thread writes a host-mapped flag after RELEASE_S seconds,
+// and the kernel also gives up at a deadline read from %globaltimer, so the GPU is never left
+// wedged.
+//
+//   mbarrier_wedge launch RELEASE_S [DELAY_S]   after the wedge, keep launching on the same
+//                                               stream: blocks once the queue is full
+//   mbarrier_wedge sync   RELEASE_S [DELAY_S]   after the wedge, cudaStreamSynchronize
+// DELAY_S (default 0) waits before the wedge, so a probe can attach first.
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(x)                                                                   \
+    do {                                                                           \
+        cudaError_t e = (x);                                                       \
+        if (e != cudaSuccess) {                                                    \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,              \
+                    cudaGetErrorString(e));                                        \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+__device__ unsigned long long globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void attn_mbarrier_wedge_kernel(volatile int *release, unsigned long long budget_ns) {
+    __shared__ __align__(8) unsigned long long bar;
+    unsigned addr = (unsigned)__cvta_generic_to_shared(&bar);
+    if (threadIdx.x == 0) asm volatile("mbarrier.init.shared::cta.b64 [%0], 2;" ::"r"(addr));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long state;
+        asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "r"(addr));
+        unsigned long long deadline = globaltimer() + budget_ns;
+        unsigned done = 0;
+        while (!done) {
+            asm volatile(
+                "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;"
+                " selp.u32 %0, 1, 0, p; }"
+                : "=r"(done)
+                : "r"(addr));
+            if (*release || globaltimer() > deadline) break;
+        }
+    }
+    __syncthreads();
+}
+
+__global__ void decode_step_kernel(float *x) {
+    if (x) x[threadIdx.x] += 1.0f;
+}
+
+static volatile int *flag;
+static double release_s;
+
+static void *releaser(void *) {
+    usleep((useconds_t)(release_s * 1e6));
+    *flag = 1;  // a plain CPU store to host-mapped memory ends the spin
+    __sync_synchronize();
+    fprintf(stderr, "mbarrier_wedge: released\n");
+    return NULL;
+}
+
+static double now_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s launch|sync RELEASE_S [DELAY_S]\n", argv[0]);
+        return 2;
+    }
+    const char *mode = argv[1];
+    release_s = atof(argv[2]);
+    double delay_s = argc > 3 ? atof(argv[3]) : 0;
+    pthread_setname_np(pthread_self(), strcmp(mode, "sync") ? "launcher" : "syncer");
+    if (delay_s > 0) usleep((useconds_t)(delay_s * 1e6));
+
+    CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
+    int *host_flag, *dev_flag;
+    CHECK(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped));
+    *host_flag = 0;
+    flag = host_flag;
+    CHECK(cudaHostGetDevicePointer(&dev_flag, host_flag, 0));
+    float *x;
+    CHECK(cudaMalloc(&x, 1024 * sizeof(float)));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int i = 0; i < 10; i++) decode_step_kernel<<<1, 32, 0, s>>>(x);
+    CHECK(cudaStreamSynchronize(s));
+
+    pthread_t t;
+    pthread_create(&t, NULL, releaser, NULL);
+    double t0 = now_s();
+    unsigned long long budget_ns = (unsigned long long)((release_s + 20) * 1e9);
+    attn_mbarrier_wedge_kernel<<<dim3(132, 1, 1), dim3(128, 1, 1), 0, s>>>(dev_flag, budget_ns);
+    CHECK(cudaGetLastError());
+    fprintf(stderr, "mbarrier_wedge: pid %d wedged at %.3f (mode %s)\n", getpid(), t0, mode);
+    if (!strcmp(mode, "launch")) {
+        for (int i = 0; i < 3000; i++) decode_step_kernel<<<2, 64, 0, s>>>(x);
+    }
+    CHECK(cudaStreamSynchronize(s));
+    fprintf(stderr, "mbarrier_wedge: done after %.2f s\n", now_s() - t0);
+    pthread_join(t, NULL);
+    return 0;
+}

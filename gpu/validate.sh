@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (no Rust there: target/release/wedgeprobe travels with the tree).
+# Builds the CUDA reproducer and benchmark with nvcc, then checks wedgeprobe against the real
+# driver. Every reproducer releases itself (host-mapped flag + device deadline).
+#   gpu/validate.sh OUT_DIR [steps…]   steps: info wedge bench (default: all)
+set -u
+OUT=${1:?out dir}; shift
+STEPS=${*:-info wedge bench}
+WP=${WP:-$PWD/target/release/wedgeprobe}
+BIN=/tmp/wp-gpu
+mkdir -p "$BIN" "$OUT"
+[ -e /sys/kernel/tracing/uprobe_events ] || mount -t tracefs tracefs /sys/kernel/tracing
+NVCC=/usr/local/cuda/bin/nvcc
+$NVCC -O2 -arch=sm_90 -o $BIN/mbarrier_wedge gpu/mbarrier_wedge.cu -lpthread || exit 1
+$NVCC -O2 -arch=sm_90 -o $BIN/launch_bench gpu/launch_bench.cu || exit 1
+LIBCUDA=$(readlink -f /usr/local/nvidia/lib64/libcuda.so.1)
+
+step() { echo; echo "=== $*"; }
+
+if [[ " $STEPS " == *" info "* ]]; then
+  step info
+  nvidia-smi -L; uname -r; echo "libcuda: $LIBCUDA"
+  nm -DS --defined-only "$LIBCUDA" | grep -E ' (cuLaunchKernel|cuLaunchKernel_ptsz|cuLaunchKernelEx|cuStreamSynchronize|cuCtxSynchronize|cuModuleGetFunction|cuLibraryGetKernel)$'
+fi
+
+# $1 mode, $2 release_s, $3 delay_s, $4 sleep before attach, $5 tag, $6… wedgeprobe args
+wedge_case() {
+  local mode=$1 rel=$2 delay=$3 pause=$4 tag=$5; shift 5
+  step "$tag: mbarrier_wedge $mode $rel $delay; wedgeprobe $* after ${pause}s"
+  $BIN/mbarrier_wedge "$mode" "$rel" "$delay" 2>"$OUT/$tag.reproducer.log" &
+  local pid=$!
+  sleep "$pause"
+  ps -L -o tid,comm,stat,pcpu -p $pid
+  WEDGEPROBE_DEBUG_SCAN=1 "$WP" "$@" --pid $pid 2>"$OUT/$tag.stderr" | tee "$OUT/$tag.txt"
+  echo "wedgeprobe exit: ${PIPESTATUS[0]}"
+  grep -m3 "^scan" "$OUT/$tag.stderr" | cut -c1-400
+  wait $pid; echo "reproducer exit: $?"; cat "$OUT/$tag.reproducer.log"
+}
+
+if [[ " $STEPS " == *" wedge "* ]]; then
+  # The 3 a.m. case: attach after the wedge (threads found by stack scan).
+  wedge_case launch 12 0 4 launch-after report
+  wedge_case sync 12 0 4 sync-after report --json
+  # Attached first: the uprobes see the calls begin (exact times, stream, grid, names).
+  wedge_case launch 9 3 0.5 launch-before report --window 7s
+  wedge_case sync 9 3 0.5 sync-before watch --duration 14s
+fi
+
+if [[ " $STEPS " == *" bench "* ]]; then
+  step "bench: launch_bench 200000, bare vs wedgeprobe watch attached, 5 rounds interleaved"
+  for round in 1 2 3 4 5; do
+    for side in bare attached; do
+      if [ $(( round % 2 )) = 0 ]; then side=$([ $side = bare ] && echo attached || echo bare); fi
+      $BIN/launch_bench 200000 3 > "$OUT/bench.$round.$side" &
+      pid=$!
+      if [ $side = attached ]; then sleep 1; "$WP" watch --pid $pid > /dev/null & wpid=$!; fi
+      wait $pid
+      [ $side = attached ] && wait $wpid
+      echo "round $round $side $(cat "$OUT/bench.$round.$side")"
+    done
+  done | tee "$OUT/bench.txt"
+fi
