@@ -96,13 +96,24 @@ pub struct InCall {
     pub bytes: u64,
     /// sched_yield calls made by the thread while inside this call.
     pub yields: u64,
+    /// CLOCK_MONOTONIC ns of the last of those yields (0: none).
+    pub last_yield_ns: u64,
     pub tgid: u32,
     /// One of [`api`] ids.
     pub api: u32,
     pub grid: [u32; 3],
     pub block: [u32; 3],
-    pub _pad: [u32; 2],
+    /// [`CALL_OPEN_ENDED`] or 0.
+    pub flags: u32,
+    pub _pad: u32,
 }
+
+/// The entry point has no return probe (launches in the cheap mode): the entry stays in the
+/// table after the call returns, until the thread's next traced call replaces it. User space
+/// decides whether the thread is still inside from its sched_yield stream and stack samples.
+pub const CALL_OPEN_ENDED: u32 = 1;
+/// Set in the attach cookie (above the api id) of an entry probe with no return probe.
+pub const COOKIE_OPEN_ENDED: u64 = 1 << 16;
 
 /// Header of every record on the `WP_EVENTS` ring.
 #[repr(C)]
@@ -189,12 +200,13 @@ mod tests {
 
     #[test]
     fn layouts_are_pinned_and_padding_free() {
-        assert_eq!(size_of::<InCall>(), 80);
-        assert_eq!(offset_of!(InCall, tgid), 40);
-        assert_eq!(offset_of!(InCall, grid), 48);
+        assert_eq!(size_of::<InCall>(), 88);
+        assert_eq!(offset_of!(InCall, tgid), 48);
+        assert_eq!(offset_of!(InCall, grid), 56);
+        assert_eq!(offset_of!(InCall, flags), 80);
         assert_eq!(size_of::<EventHeader>(), 16);
-        assert_eq!(size_of::<CallDone>(), 16 + 80 + 16);
-        assert_eq!(offset_of!(CallDone, end_ns), 96);
+        assert_eq!(size_of::<CallDone>(), 16 + 88 + 16);
+        assert_eq!(offset_of!(CallDone, end_ns), 104);
         assert_eq!(size_of::<KernelName>(), 16 + 16 + NAME_LEN);
         assert_eq!(size_of::<PendingName>(), 24);
         assert_eq!(size_of::<StackSample>(), 48 + SAMPLE_STACK_LEN);

@@ -11,8 +11,8 @@
 //!   yield at all, so this only corroborates the time in call.
 //! - `wp_name_enter` / `wp_name_exit`: `cuModuleGetFunction` and friends, to name the
 //!   `CUfunction` handles that launches pass.
-//! - `wp_on_cpu`: a timer sample of watched threads that are not inside a call we saw begin,
-//!   with the top of their user stack: a thread that was already stuck in `cuLaunchKernel`
+//! - `wp_on_cpu`: a timer sample of watched threads that are not inside a call we saw begin
+//!   and end (no call, or a launch traced without return probe), with the top of their user stack: a thread that was already stuck in `cuLaunchKernel`
 //!   when wedgeprobe attached never hits the entry uprobe, so user space finds the entry point
 //!   in its stack instead.
 //!
@@ -33,8 +33,9 @@ use aya_ebpf::{
     programs::{PerfEventContext, ProbeContext, RetProbeContext, TracePointContext},
 };
 use probe_common::{
-    CallDone, EVENT_CALL_DONE, EVENT_KERNEL_NAME, EventHeader, InCall, KernelName, MAX_TARGETS,
-    MAX_THREADS, NAME_LEN, PendingName, SAMPLE_STACK_LEN, StackSample,
+    CALL_OPEN_ENDED, COOKIE_OPEN_ENDED, CallDone, EVENT_CALL_DONE, EVENT_KERNEL_NAME, EventHeader,
+    InCall, KernelName, MAX_TARGETS, MAX_THREADS, NAME_LEN, PendingName, SAMPLE_STACK_LEN,
+    StackSample,
     api::{self, ArgShape},
     counters,
 };
@@ -83,9 +84,9 @@ fn watched() -> Option<(u32, u32)> {
 }
 
 #[inline(always)]
-fn cookie(ctx: &impl aya_ebpf::EbpfContext) -> u32 {
+fn cookie(ctx: &impl aya_ebpf::EbpfContext) -> u64 {
     // SAFETY: the context pointer is the program's own.
-    unsafe { bpf_get_attach_cookie(ctx.as_ptr()) as u32 }
+    unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
 }
 
 #[inline(always)]
@@ -99,11 +100,18 @@ pub fn wp_call_enter(ctx: ProbeContext) -> u32 {
     let Some((tgid, tid)) = watched() else {
         return 0;
     };
-    let api = cookie(&ctx);
+    let cookie = cookie(&ctx);
+    let api = (cookie & 0xffff) as u32;
+    let flags = if cookie & COOKIE_OPEN_ENDED != 0 {
+        CALL_OPEN_ENDED
+    } else {
+        0
+    };
     let mut call = InCall {
         start_ns: 0,
         tgid,
         api,
+        flags,
         ..InCall::default()
     };
     if fill_args(&ctx, &mut call).is_none() {
@@ -193,7 +201,7 @@ pub fn wp_call_exit(ctx: RetProbeContext) -> u32 {
 #[uprobe]
 pub fn wp_name_enter(ctx: ProbeContext) -> u32 {
     let Some((_, tid)) = watched() else { return 0 };
-    let api = cookie(&ctx);
+    let api = cookie(&ctx) as u32;
     // Both candidates are read unconditionally: a register chosen at run time would make
     // the compiler compute a variable ctx offset, which the verifier rejects.
     // SAFETY: regs is the probe's own pt_regs; volatile keeps both loads at fixed offsets.
@@ -263,8 +271,11 @@ pub fn wp_name_exit(ctx: RetProbeContext) -> u32 {
 pub fn wp_sched_yield(_ctx: TracePointContext) -> u32 {
     let Some((_, tid)) = watched() else { return 0 };
     if let Some(call) = WP_IN_CALL.get_ptr_mut(&tid) {
-        // SAFETY: this thread's own entry.
-        unsafe { (*call).yields += 1 };
+        // SAFETY: this thread's own entry; a helper with no memory arguments.
+        unsafe {
+            (*call).yields += 1;
+            (*call).last_yield_ns = bpf_ktime_get_ns();
+        }
     }
     match WP_THREAD_YIELDS.get_ptr_mut(&tid) {
         // SAFETY: only this thread adds to its own counter.
@@ -281,9 +292,9 @@ pub fn wp_on_cpu(_ctx: PerfEventContext) -> u32 {
     let Some((tgid, tid)) = watched() else {
         return 0;
     };
-    // SAFETY: presence test only.
-    if unsafe { WP_IN_CALL.get(&tid) }.is_some() {
-        return 0; // the uprobes already say where it is
+    // SAFETY: read at once.
+    if unsafe { WP_IN_CALL.get(&tid) }.is_some_and(|c| c.flags & CALL_OPEN_ENDED == 0) {
+        return 0; // entry and return probes already say where it is
     }
     // SAFETY: a helper with no memory arguments.
     let now = unsafe { bpf_ktime_get_ns() };

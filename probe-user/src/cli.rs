@@ -45,6 +45,10 @@ pub struct ReportArgs {
     /// Print JSON (schema in the README) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Trace launches with an entry probe only, as `watch` does: no launch latencies, and
+    /// ~1 µs less per launch while attached (BENCHMARKS.md).
+    #[arg(long)]
+    pub no_launch_returns: bool,
 }
 
 #[derive(Args, Debug)]
@@ -57,6 +61,10 @@ pub struct WatchArgs {
     /// Stop after this long (default: until Ctrl-C or every target exited).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+    /// Also put return probes on launches: exact launch latencies, at ~1 µs more per launch
+    /// (BENCHMARKS.md). Without it a launch's end is inferred (sched_yield, stack samples).
+    #[arg(long)]
+    pub launch_returns: bool,
 }
 
 /// `1s`, `250ms`, `2.5s`, `1m`; a bare number is seconds.

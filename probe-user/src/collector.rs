@@ -66,8 +66,8 @@ impl Collector {
         })
     }
 
-    pub fn attach(&mut self, target: Target) -> anyhow::Result<Attached> {
-        let attached = self.probe.attach(&target)?;
+    pub fn attach(&mut self, target: Target, launch_returns: bool) -> anyhow::Result<Attached> {
+        let attached = self.probe.attach(&target, launch_returns)?;
         let code = TargetCode::new(&target, &attached.lib);
         self.model.add_process(target, code, sys::monotonic_ns());
         Ok(attached)
@@ -176,7 +176,7 @@ impl Collector {
                 .target
                 .threads()
                 .into_iter()
-                .filter(|tid| p.threads.get(tid).is_none_or(|t| t.uprobe_call.is_none()))
+                .filter(|tid| p.threads.get(tid).is_none_or(|t| !t.call_is_exact()))
                 .collect();
             for tid in idle {
                 if !is_sleeping(pid, tid) {

@@ -65,7 +65,7 @@ fn report(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
             "--window is at most 60s (a report is a snapshot; use `watch` to observe longer)"
         );
     }
-    let mut session = Session::attach(&args.targets.pids)?;
+    let mut session = Session::attach(&args.targets.pids, !args.no_launch_returns)?;
     signals::install();
     let start = sys::monotonic_ns();
     let window = args.window.as_nanos() as u64;
@@ -84,6 +84,7 @@ fn report(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
         now,
         (now - start) as f64 / 1e6,
         args.targets.blocked_after.as_secs_f64() * 1e3,
+        !args.no_launch_returns,
     );
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &report)?;

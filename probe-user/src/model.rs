@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use hdrhistogram::Histogram;
-use probe_common::{CallDone, InCall, api};
+use probe_common::{CALL_OPEN_ENDED, CallDone, InCall, api};
 
 use crate::{
     code::TargetCode,
@@ -60,6 +60,13 @@ pub struct CurrentCall {
     pub confirmed_ns: u64,
 }
 
+impl CurrentCall {
+    /// A launch traced without return probe: whether the thread is still inside is inferred.
+    pub fn open_ended(&self) -> bool {
+        self.args.is_some_and(|a| a.flags & CALL_OPEN_ENDED != 0)
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ThreadState {
     pub name: String,
@@ -68,17 +75,49 @@ pub struct ThreadState {
     /// sched_yield calls since attach (from WP_THREAD_YIELDS).
     pub yields_total: u64,
     pub calls_done: u64,
+    /// The latest stack scan of the thread: when, and whether it was inside libcuda.
+    pub last_scan: Option<(u64, bool)>,
 }
 
 impl ThreadState {
     /// The call the thread is in: exact data first, a recent stack scan otherwise.
     pub fn current(&self, now_ns: u64) -> Option<&CurrentCall> {
-        self.uprobe_call.as_ref().or(self
-            .scanned_call
-            .as_ref()
-            .filter(|c| now_ns.saturating_sub(c.confirmed_ns) < SCAN_VALID_NS))
+        match &self.uprobe_call {
+            Some(c) if !c.open_ended() => Some(c),
+            Some(c) if self.open_call_active(c, now_ns) => Some(c),
+            _ => self
+                .scanned_call
+                .as_ref()
+                .filter(|c| now_ns.saturating_sub(c.confirmed_ns) < SCAN_VALID_NS),
+        }
+    }
+
+    /// Whether the thread is in a call with both probes (exact times, no inference).
+    pub fn call_is_exact(&self) -> bool {
+        self.uprobe_call.as_ref().is_some_and(|c| !c.open_ended())
+    }
+
+    /// Is a launch traced without return probe still under way? Yes while it yields (a launch
+    /// behind a full queue spins on sched_yield), or if a stack sample taken since it began
+    /// found the thread inside libcuda; no if one found it elsewhere. With neither, a young
+    /// launch counts as under way: on-CPU threads are sampled every 200 ms and sleeping ones
+    /// read every 250 ms, so the question is settled within OPEN_LAUNCH_GRACE_NS.
+    fn open_call_active(&self, c: &CurrentCall, now_ns: u64) -> bool {
+        let Some(a) = c.args else { return false };
+        if a.yields > 0 && now_ns.saturating_sub(a.last_yield_ns) < YIELDING_NS {
+            return true;
+        }
+        match self.last_scan {
+            Some((at, inside)) if at >= a.start_ns => inside,
+            _ => now_ns.saturating_sub(a.start_ns) < OPEN_LAUNCH_GRACE_NS,
+        }
     }
 }
+
+/// A thread that yielded this recently is still spinning (72,000 yields/s when blocked).
+const YIELDING_NS: u64 = 100_000_000;
+/// See `ThreadState::open_call_active`.
+const OPEN_LAUNCH_GRACE_NS: u64 = 500_000_000;
 
 /// A stack-scanned call is believed for this long after its last confirming sample. Samples of
 /// a spinning thread come every 200 ms; a sleeping thread is re-read from /proc every 250 ms.
@@ -234,6 +273,7 @@ impl Model {
         let Some(t) = self.thread(pid, tid) else {
             return;
         };
+        t.last_scan = Some((now_ns, found.is_some()));
         if t.uprobe_call.is_some() {
             return;
         }
@@ -365,5 +405,73 @@ impl Model {
             p.threads.remove(t);
         }
         gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn open_launch(start_ns: u64, yields: u64, last_yield_ns: u64) -> ThreadState {
+        let args = InCall {
+            start_ns,
+            yields,
+            last_yield_ns,
+            flags: CALL_OPEN_ENDED,
+            ..InCall::default()
+        };
+        ThreadState {
+            uprobe_call: Some(CurrentCall {
+                api: 0,
+                since_ns: start_ns,
+                seen_by: SeenBy::Uprobe,
+                args: Some(args),
+                yields_at_first_seen: 0,
+                confirmed_ns: start_ns,
+            }),
+            ..ThreadState::default()
+        }
+    }
+
+    #[test]
+    fn open_launch_that_keeps_yielding_is_inside() {
+        let t = open_launch(1000 * MS, 50_000, 4990 * MS);
+        assert!(t.current(5000 * MS).is_some());
+        assert!(!t.call_is_exact());
+    }
+
+    #[test]
+    fn open_launch_that_stopped_yielding_and_was_seen_outside_has_returned() {
+        let mut t = open_launch(1000 * MS, 50_000, 1200 * MS);
+        t.last_scan = Some((1300 * MS, false));
+        assert!(t.current(5000 * MS).is_none());
+    }
+
+    #[test]
+    fn open_launch_confirmed_by_a_sample_is_inside() {
+        let mut t = open_launch(1000 * MS, 0, 0);
+        t.last_scan = Some((4900 * MS, true));
+        assert!(t.current(5000 * MS).is_some());
+    }
+
+    #[test]
+    fn open_launch_with_no_evidence_is_inside_only_while_young() {
+        let mut t = open_launch(1000 * MS, 0, 0);
+        // A sample from before the launch began says nothing about it.
+        t.last_scan = Some((900 * MS, true));
+        assert!(t.current(1100 * MS).is_some());
+        assert!(t.current(2000 * MS).is_none());
+    }
+
+    #[test]
+    fn closed_calls_need_no_inference() {
+        let mut t = open_launch(1000 * MS, 0, 0);
+        if let Some(c) = t.uprobe_call.as_mut().and_then(|c| c.args.as_mut()) {
+            c.flags = 0;
+        }
+        assert!(t.call_is_exact());
+        assert!(t.current(9000 * MS).is_some());
     }
 }

@@ -18,7 +18,7 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
-use probe_common::{maps, programs};
+use probe_common::{COOKIE_OPEN_ENDED, api, maps, programs};
 
 use crate::{error::ProbeError, libcuda::LibCuda, sys, target::Target};
 
@@ -97,7 +97,11 @@ impl Probe {
     }
 
     /// Starts tracing `target`: uprobes on its libcuda, and its tgid in `WP_TARGETS`.
-    pub fn attach(&mut self, target: &Target) -> anyhow::Result<Attached> {
+    /// With `launch_returns` false, launches get an entry probe only (see
+    /// `probe_common::CALL_OPEN_ENDED`): a uretprobe costs more than the entry probe itself
+    /// (notes/gpu-machine.md: +628 ns entry only, +1,743 ns with the return), and a launch
+    /// happens thousands of times a second.
+    pub fn attach(&mut self, target: &Target, launch_returns: bool) -> anyhow::Result<Attached> {
         let path = target.libcuda_host_path.clone();
         let lib = match self.libs.get(&path) {
             Some(lib) => lib.clone(),
@@ -142,9 +146,15 @@ impl Probe {
             for (name, points) in plan {
                 let prog: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
                 for ep in points {
+                    let launch = api::class(ep.id) == Some(api::ApiClass::Launch);
+                    let open_ended = launch && !launch_returns;
+                    if open_ended && name == programs::CALL_EXIT {
+                        continue;
+                    }
+                    let cookie = ep.id as u64 | if open_ended { COOKIE_OPEN_ENDED } else { 0 };
                     let point = UProbeAttachPoint {
                         location: UProbeAttachLocation::AbsoluteOffset(ep.file_offset),
-                        cookie: Some(ep.id as u64),
+                        cookie: Some(cookie),
                     };
                     let link = prog
                         .attach(point, &path, UProbeScope::OneProcess(pid))

@@ -18,6 +18,8 @@ pub struct Report {
     pub mode: &'static str,
     pub observed_ms: f64,
     pub blocked_after_ms: f64,
+    /// Launches had return probes: launch latencies are in `latency`.
+    pub launch_returns: bool,
     pub targets: Vec<TargetReport>,
     pub threads: Vec<ThreadView>,
     pub latency: Vec<LatencyReport>,
@@ -61,6 +63,7 @@ impl Report {
         now_ns: u64,
         observed_ms: f64,
         blocked_after_ms: f64,
+        launch_returns: bool,
     ) -> Self {
         let threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
         let any_alive = model.procs.values().any(|p| !p.exited);
@@ -112,6 +115,7 @@ impl Report {
             mode: "ebpf-only",
             observed_ms,
             blocked_after_ms,
+            launch_returns,
             targets,
             threads,
             latency,

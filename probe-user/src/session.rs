@@ -12,7 +12,7 @@ pub struct Session {
 impl Session {
     /// Validates every PID before loading anything, so bad input fails fast with its own
     /// message and exit code.
-    pub fn attach(pids: &[u32]) -> anyhow::Result<Self> {
+    pub fn attach(pids: &[u32], launch_returns: bool) -> anyhow::Result<Self> {
         let mut targets = Vec::new();
         for &pid in pids {
             if targets.iter().any(|t: &Target| t.pid == pid) {
@@ -24,7 +24,7 @@ impl Session {
         let mut facts = HashMap::new();
         for target in targets {
             let pid = target.pid;
-            let attached = collector.attach(target)?;
+            let attached = collector.attach(target, launch_returns)?;
             for (alias, of) in &attached.lib.aliases {
                 eprintln!("wedgeprobe: note: {alias} is the same code as {of}; traced as {of}");
             }

@@ -4,19 +4,20 @@
 //! Needed for threads that were already waiting when wedgeprobe attached — the usual case at
 //! 3 a.m.: their entry uprobe never fired. libcuda has no frame pointers, so the stack is
 //! *scanned* (as Breakpad's stackwalker does when CFI is missing): a word counts as a return
-//! address only if it points into executable code right after a `call` instruction. Going up
-//! the stack, the innermost frames are libcuda internals (or libc's sched_yield); the first
-//! return address outside libcuda belongs to the caller of the exported entry point.
+//! address (RA) only if it points into executable code right after a `call` instruction.
 //!
-//! Two ways to name the entry point, in order:
-//! 1. a libcuda return address inside an entry point's body (it called an internal function);
-//! 2. the caller's own call instruction, when the entry point tail-jumped into its
-//!    implementation and left no frame: a direct `call rel32`, a `call *[rip+disp]`, or a call
-//!    through a PLT stub (`jmp *[rip+disp]`) is followed to its target.
-//!
-//! A caller that calls through a register (cudart's table from cuGetProcAddress) cannot be
-//! followed; if the entry point also left no frame, the thread is reported as inside libcuda
-//! with the entry point unknown.
+//! Stacks seen on the H200 (driver 580.159.04), innermost first, L = libcuda, C = libc,
+//! A = anything else (the application, cudart), E = inside a traced entry point:
+//!   launch blocked on the full queue:  L C L C L C L  L·E(cuLaunchKernel)  A C A …
+//!   cudaStreamSynchronize:             L A L·E(cuStreamSynchronize) A C A …
+//!   the driver's own threads:          L C            (start_thread, clone)
+//! libcuda's frames hold stale RAs of libc and of the application, so no single RA outside
+//! libcuda marks the caller. What does: an entry-point RA whose next RA outside libcuda is in
+//! the application (not libc). Failing that, an application RA whose call instruction can be
+//! followed (`call rel32`, `call *[rip+disp]`, through one PLT stub) to an entry point — the
+//! case of an entry point that tail-jumps into its implementation and leaves no frame.
+//! A thread inside libcuda with application frames but neither kind of evidence is reported
+//! as inside libcuda, entry point unknown; one with no application frames is a driver thread.
 
 /// What the scanner needs to know about the target's code.
 pub trait CodeView {
@@ -40,44 +41,85 @@ pub enum Found {
     UnknownEntryPoint,
 }
 
-/// Return addresses outside libcuda tolerated before the first libcuda one: the thread may sit
-/// in libc (sched_yield, a futex wait) called from libcuda.
-const MAX_FOREIGN_FRAMES_BEFORE_LIBCUDA: usize = 3;
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Region {
+    Libcuda,
+    Libc,
+    App,
+}
+
+struct Ra {
+    addr: u64,
+    region: Region,
+    call: Call,
+}
 
 /// Where the thread is in libcuda, or `None` if it is not inside libcuda.
 pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found> {
-    let mut inside = code.in_libcuda(ip);
-    let mut found = code.entry_point_at(ip);
-    let mut foreign = 0;
-    for word in stack.chunks_exact(8) {
-        let addr = u64::from_le_bytes(word.try_into().ok()?);
-        if !code.in_code(addr) {
-            continue;
-        }
-        let Some(call) = call_before(code, addr) else {
-            continue;
-        };
-        if code.in_libcuda(addr) {
-            inside = true;
-            if let Some(id) = code.entry_point_at(addr) {
-                found = Some(id);
-            }
-        } else if inside {
-            if found.is_none() && code.in_libc(addr) {
-                return None; // a driver thread (its start routine is in libcuda)
-            }
-            // The caller of libcuda.
-            let id = found
-                .or_else(|| call_target(code, addr, call).and_then(|t| code.entry_point_at(t)));
-            return Some(id.map_or(Found::UnknownEntryPoint, Found::EntryPoint));
+    let region = |a: u64| {
+        if code.in_libcuda(a) {
+            Region::Libcuda
+        } else if code.in_libc(a) {
+            Region::Libc
         } else {
-            foreign += 1;
-            if foreign > MAX_FOREIGN_FRAMES_BEFORE_LIBCUDA {
-                return None;
-            }
+            Region::App
+        }
+    };
+    let ras: Vec<Ra> = stack
+        .chunks_exact(8)
+        .filter_map(|w| Some(u64::from_le_bytes(w.try_into().ok()?)))
+        .filter(|&a| code.in_code(a))
+        .filter_map(|addr| {
+            Some(Ra {
+                addr,
+                region: region(addr),
+                call: call_before(code, addr)?,
+            })
+        })
+        .collect();
+    // Inside libcuda: the ip is there, or libcuda frames come before any application frame
+    // (libc frames may come first: sched_yield or a futex wait called by libcuda).
+    let ip_inside = code.in_libcuda(ip);
+    if !ip_inside {
+        let first = ras.iter().find(|r| r.region != Region::Libc)?;
+        if first.region != Region::Libcuda {
+            return None;
         }
     }
-    inside.then(|| found.map_or(Found::UnknownEntryPoint, Found::EntryPoint))
+    // Is the next RA outside libcuda, after index `i`, an application frame?
+    let caller_is_app = |from: usize| {
+        ras[from..]
+            .iter()
+            .find(|r| r.region != Region::Libcuda)
+            .is_some_and(|r| r.region == Region::App)
+    };
+    if let Some(id) = code.entry_point_at(ip)
+        && caller_is_app(0)
+    {
+        return Some(Found::EntryPoint(id));
+    }
+    for (i, ra) in ras.iter().enumerate() {
+        match ra.region {
+            Region::Libcuda => {
+                if let Some(id) = code.entry_point_at(ra.addr)
+                    && caller_is_app(i + 1)
+                {
+                    return Some(Found::EntryPoint(id));
+                }
+            }
+            Region::App => {
+                if let Some(id) =
+                    call_target(code, ra.addr, ra.call).and_then(|t| code.entry_point_at(t))
+                {
+                    return Some(Found::EntryPoint(id));
+                }
+            }
+            Region::Libc => {}
+        }
+    }
+    ras.iter()
+        .any(|r| r.region == Region::App)
+        .then_some(Found::UnknownEntryPoint)
 }
 
 /// The validated return addresses of a stack, innermost first, tagged `L` (libcuda), `C`
@@ -91,7 +133,9 @@ pub fn explain(ip: u64, stack: &[u8], code: &impl CodeView) -> String {
         if !code.in_code(addr) {
             continue;
         }
-        let Some(call) = call_before(code, addr) else { continue };
+        let Some(call) = call_before(code, addr) else {
+            continue;
+        };
         out.push_str(&format!(" | {addr:#x}"));
         if code.in_libcuda(addr) {
             out.push_str(" L");
@@ -294,6 +338,32 @@ mod tests {
         f.put(0x30150 - 7, &[0x90, 0x90, 0x90, 0x90, 0x90, 0xff, 0xd0]); // start_thread: call *%rax
         let s = stack(&[0x5150, 0x30150]);
         assert_eq!(entry_point(0x5010, &s, &f), None);
+    }
+
+    #[test]
+    fn stale_libc_and_app_words_inside_libcuda_frames_are_skipped() {
+        // Shapes seen on the H200: L C L C L·E0 A (launch), L A L·E8 A (sync); the libc
+        // (0x30150) and app (0x10250) words inside libcuda's frames are stale.
+        let launch = stack(&[0x5150, 0x30150, 0x5250, 0x30250, 0x2050, 0x10150, 0x30350]);
+        assert_eq!(
+            entry_point(0x6000, &launch, &Fake::new()),
+            Some(Found::EntryPoint(0))
+        );
+        let sync = stack(&[0x5150, 0x10250, 0x3050, 0x10150]);
+        assert_eq!(
+            entry_point(0x6000, &sync, &Fake::new()),
+            Some(Found::EntryPoint(8))
+        );
+    }
+
+    #[test]
+    fn a_stale_entry_point_word_followed_by_libc_is_not_the_caller() {
+        // 0x3050 (E8) is followed by a libc RA, so it is stale; 0x2050 (E0) is the real one.
+        let s = stack(&[0x3050, 0x30150, 0x5150, 0x2050, 0x10150]);
+        assert_eq!(
+            entry_point(0x6000, &s, &Fake::new()),
+            Some(Found::EntryPoint(0))
+        );
     }
 
     #[test]

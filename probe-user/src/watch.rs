@@ -17,7 +17,7 @@ use crate::{
 const TICK: Duration = Duration::from_millis(50);
 
 pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
-    let mut session = Session::attach(&args.targets.pids)?;
+    let mut session = Session::attach(&args.targets.pids, args.launch_returns)?;
     signals::install();
     let bound_ms = args.targets.blocked_after.as_secs_f64() * 1e3;
     let start = sys::monotonic_ns();
