@@ -7,7 +7,8 @@
 //   mbarrier_wedge launch RELEASE_S [DELAY_S]   after the wedge, keep launching on the same
 //                                               stream: blocks once the queue is full
 //   mbarrier_wedge sync   RELEASE_S [DELAY_S]   after the wedge, cudaStreamSynchronize
-// DELAY_S (default 0) waits before the wedge, so a probe can attach first.
+// DELAY_S (default 0) waits after CUDA initialisation, before the wedge, so a probe can
+// attach first.
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -38,8 +39,9 @@ __global__ void attn_mbarrier_wedge_kernel(volatile int *release, unsigned long 
     if (threadIdx.x == 0) asm volatile("mbarrier.init.shared::cta.b64 [%0], 2;" ::"r"(addr));
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned long long state;
+        unsigned long long state;  // the arrival's phase token; the wait below uses parity
         asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "r"(addr));
+        (void)state;
         unsigned long long deadline = globaltimer() + budget_ns;
         unsigned done = 0;
         while (!done) {
@@ -84,9 +86,12 @@ int main(int argc, char **argv) {
     release_s = atof(argv[2]);
     double delay_s = argc > 3 ? atof(argv[3]) : 0;
     pthread_setname_np(pthread_self(), strcmp(mode, "sync") ? "launcher" : "syncer");
+    // Initialise CUDA first (the runtime loads libcuda now), then wait: a probe attached
+    // during the delay sees the kernels looked up and every call begin.
+    CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
+    CHECK(cudaFree(0));
     if (delay_s > 0) usleep((useconds_t)(delay_s * 1e6));
 
-    CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
     int *host_flag, *dev_flag;
     CHECK(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped));
     *host_flag = 0;

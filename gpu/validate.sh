@@ -47,15 +47,21 @@ if [[ " $STEPS " == *" wedge "* ]]; then
 fi
 
 if [[ " $STEPS " == *" bench "* ]]; then
-  step "bench: launch_bench 200000, bare vs wedgeprobe watch attached, 5 rounds interleaved"
-  for round in 1 2 3 4 5; do
-    for side in bare attached; do
-      if [ $(( round % 2 )) = 0 ]; then side=$([ $side = bare ] && echo attached || echo bare); fi
+  # Three sides interleaved, order rotated each round (the machine drifts): bare, wedgeprobe
+  # watch (launches with an entry probe only, the default), watch --launch-returns.
+  step "bench: launch_bench 200000 x ${ROUNDS:=5} rounds: bare | watch | watch --launch-returns"
+  sides=(bare watch returns)
+  for round in $(seq 1 $ROUNDS); do
+    for k in 0 1 2; do
+      side=${sides[$(( (k + round) % 3 ))]}
       $BIN/launch_bench 200000 3 > "$OUT/bench.$round.$side" &
       pid=$!
-      if [ $side = attached ]; then sleep 1; "$WP" watch --pid $pid > /dev/null & wpid=$!; fi
+      case $side in
+        watch) sleep 1; "$WP" watch --pid $pid > /dev/null & wpid=$! ;;
+        returns) sleep 1; "$WP" watch --launch-returns --pid $pid > /dev/null & wpid=$! ;;
+      esac
       wait $pid
-      [ $side = attached ] && wait $wpid
+      [ $side != bare ] && wait $wpid
       echo "round $round $side $(cat "$OUT/bench.$round.$side")"
     done
   done | tee "$OUT/bench.txt"
