@@ -97,9 +97,10 @@ fn read_user<T>(addr: u64) -> Option<T> {
 
 #[uprobe]
 pub fn wp_call_enter(ctx: ProbeContext) -> u32 {
-    let Some((tgid, tid)) = watched() else {
-        return 0;
-    };
+    // The hot path: every launch of a watched process runs this (measured cost in
+    // BENCHMARKS.md). The uprobes are attached per process, so no WP_TARGETS lookup here.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     let cookie = cookie(&ctx);
     let api = (cookie & 0xffff) as u32;
     let flags = if cookie & COOKIE_OPEN_ENDED != 0 {
@@ -119,11 +120,20 @@ pub fn wp_call_enter(ctx: ProbeContext) -> u32 {
     }
     // SAFETY: a helper with no memory arguments.
     call.start_ns = unsafe { bpf_ktime_get_ns() };
-    // Overwrites any entry of this thread: a nested traced call replaces the outer one (its
-    // return then counts as exit-without-entry), and an entry whose return was never seen
-    // cannot linger past the thread's next call.
-    if WP_IN_CALL.insert(&tid, &call, 0).is_err() {
-        count(counters::IN_CALL_FULL);
+    // A thread that launches keeps its entry (open-ended launches are never deleted), so the
+    // common case rewrites it in place: a hash update would take the bucket lock and swap
+    // elements on every launch. A reader may see a half-written entry for an instant; user
+    // space only ever uses the table as a snapshot. Any previous entry of the thread is
+    // replaced: a nested traced call hides the outer one (whose return then counts as
+    // exit-without-entry), and an entry whose return was never seen cannot linger.
+    match WP_IN_CALL.get_ptr_mut(&tid) {
+        // SAFETY: this thread's own entry; only this thread writes it.
+        Some(slot) => unsafe { *slot = call },
+        None => {
+            if WP_IN_CALL.insert(&tid, &call, 0).is_err() {
+                count(counters::IN_CALL_FULL);
+            }
+        }
     }
     0
 }

@@ -77,6 +77,8 @@ pub struct ThreadState {
     pub calls_done: u64,
     /// The latest stack scan of the thread: when, and whether it was inside libcuda.
     pub last_scan: Option<(u64, bool)>,
+    /// The probes have seen this thread enter or leave a call since attach.
+    pub traced: bool,
 }
 
 impl ThreadState {
@@ -129,6 +131,9 @@ pub struct ProcessState {
     pub attached_ns: u64,
     pub exited: bool,
     pub threads: BTreeMap<u32, ThreadState>,
+    /// Threads that existed when wedgeprobe attached: only they can be inside a call that
+    /// began before attach (a stack-scanned call).
+    pub threads_at_attach: std::collections::BTreeSet<u32>,
 }
 
 /// Latency of finished calls of one entry point.
@@ -198,6 +203,7 @@ impl Model {
     }
 
     pub fn add_process(&mut self, target: Target, code: TargetCode, now_ns: u64) {
+        let threads_at_attach = target.threads().into_iter().collect();
         self.procs.insert(
             target.pid,
             ProcessState {
@@ -206,6 +212,7 @@ impl Model {
                 attached_ns: now_ns,
                 exited: false,
                 threads: BTreeMap::new(),
+                threads_at_attach,
             },
         );
     }
@@ -230,6 +237,7 @@ impl Model {
         }
         if let Some(t) = self.thread(ev.header.tgid, ev.header.tid) {
             t.calls_done += 1;
+            t.traced = true;
             // It returned from something, so it is no longer in the call a scan found.
             t.scanned_call = None;
         }
@@ -264,6 +272,7 @@ impl Model {
             Found::UnknownEntryPoint => UNKNOWN_ENTRY_POINT,
         });
         let attached = p.attached_ns;
+        let existed_at_attach = p.threads_at_attach.contains(&tid);
         if std::env::var_os("WEDGEPROBE_DEBUG_SCAN").is_some() {
             eprintln!(
                 "scan pid {pid} tid {tid} -> {found:?}: {}",
@@ -275,6 +284,12 @@ impl Model {
         };
         t.last_scan = Some((now_ns, found.is_some()));
         if t.uprobe_call.is_some() {
+            return;
+        }
+        // A call found by scan began before attach: impossible for a thread created since, or
+        // one the probes have seen call since (its sample can arrive before its entry is read).
+        if !existed_at_attach || t.traced {
+            t.scanned_call = None;
             return;
         }
         match found {
@@ -314,6 +329,7 @@ impl Model {
                     confirmed_ns: call.start_ns,
                 });
                 t.scanned_call = None;
+                t.traced = true;
             }
         }
     }
