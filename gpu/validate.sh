@@ -44,12 +44,16 @@ if [[ " $STEPS " == *" wedge "* ]]; then
   # Attached first: the uprobes see the calls begin (exact times, stream, grid, names).
   wedge_case launch 9 3 0.5 launch-before report --window 7s
   wedge_case sync 9 3 0.5 sync-before watch --duration 14s
+  # Crossing latency: in_call_ms at the `blocked` event minus the 1 s bound.
+  wedge_case launch 9 3 0.5 launch-before-json watch --json --duration 14s
 fi
 
 if [[ " $STEPS " == *" bench "* ]]; then
   # Three sides interleaved, order rotated each round (the machine drifts): bare, wedgeprobe
   # watch (launches with an entry probe only, the default), watch --launch-returns.
   step "bench: launch_bench 200000 x ${ROUNDS:=5} rounds: bare | watch | watch --launch-returns"
+  old_stats=$(cat /proc/sys/kernel/bpf_stats_enabled)
+  echo 1 > /proc/sys/kernel/bpf_stats_enabled
   sides=(bare watch returns)
   for round in $(seq 1 $ROUNDS); do
     for k in 0 1 2; do
@@ -60,9 +64,27 @@ if [[ " $STEPS " == *" bench "* ]]; then
         watch) sleep 1; "$WP" watch --pid $pid > /dev/null & wpid=$! ;;
         returns) sleep 1; "$WP" watch --launch-returns --pid $pid > /dev/null & wpid=$! ;;
       esac
+      if [ $side != bare ]; then
+        # The kernel's own accounting of our programs (bpf_stats_enabled): fdinfo of the
+        # probe's program fds, sampled until the target exits.
+        ( while kill -0 $pid 2>/dev/null; do
+            awk '/^prog_id/ {id=$2} /^run_time_ns/ {t=$2} /^run_cnt/ {print id, t, $2}' \
+              /proc/$wpid/fdinfo/* 2>/dev/null > "$OUT/stats.tmp.$side" &&
+              mv "$OUT/stats.tmp.$side" "$OUT/stats.$round.$side"
+            sleep 0.3
+          done ) &
+      fi
       wait $pid
       [ $side != bare ] && wait $wpid
       echo "round $round $side $(cat "$OUT/bench.$round.$side")"
     done
   done | tee "$OUT/bench.txt"
+  echo "$old_stats" > /proc/sys/kernel/bpf_stats_enabled
+  step "eBPF program cost (kernel bpf_stats: run_time_ns / run_cnt), last round"
+  for side in watch returns; do
+    # Program ids follow load order: call_enter, call_exit, name_enter, name_exit,
+    # sched_yield, on_cpu (probe-user/src/probe.rs).
+    echo "$side:"; sort -n "$OUT/stats.$ROUNDS.$side" | awk 'BEGIN {split("call_enter call_exit name_enter name_exit sched_yield on_cpu", n)}
+      {printf "  %-12s runs %9d  avg %6.0f ns\n", n[NR], $3, $3 ? $2/$3 : 0}'
+  done
 fi
