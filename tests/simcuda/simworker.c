@@ -11,7 +11,9 @@
  *   simworker bench   [launches]                 prints "ns_per_launch N" (CPU time)
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
  *
- * SIMWORKER_START_DELAY_MS delays everything (a probe can attach before the kernel lookups).
+ * SIMWORKER_START_DELAY_MS delays everything (a probe can attach before the kernel lookups);
+ * SIMWORKER_LAUNCH_API=ex launches through cuLaunchKernelEx; SIMWORKER_SYNC_API=ctx|copy
+ * makes the syncer wait in cuCtxSynchronize or a blocking cuMemcpyDtoH instead.
  *
  * The process releases itself: the wedged kernel completes after SIMCUDA_RELEASE_AFTER_S,
  * and every mode exits after run_s.
@@ -33,6 +35,14 @@ CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsi
                         unsigned, CUstream, void **, void **);
 CUresult cuStreamSynchronize(CUstream);
 CUresult cuCtxSynchronize(void);
+CUresult cuMemcpyDtoH_v2(void *, unsigned long long, size_t);
+typedef struct {
+    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned numAttrs;
+} CUlaunchConfig;
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
 
 static CUstream stream;
 static CUfunction prefill, decode, wedge, long_kernel;
@@ -44,17 +54,30 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static int use_launch_ex; /* SIMWORKER_LAUNCH_API=ex: launch through cuLaunchKernelEx */
+
 static void launch(CUfunction f) {
-    if (cuLaunchKernel(f, 132, 2, 1, 128, 1, 1, 4096, stream, NULL, NULL) != 0) {
+    CUresult r;
+    if (use_launch_ex) {
+        CUlaunchConfig c = {66, 4, 2, 256, 2, 1, 8192, stream, NULL, 0};
+        r = cuLaunchKernelEx(&c, f, NULL, NULL);
+    } else {
+        r = cuLaunchKernel(f, 132, 2, 1, 128, 1, 1, 4096, stream, NULL, NULL);
+    }
+    if (r != 0) {
         fprintf(stderr, "simworker: launch failed\n");
         exit(1);
     }
 }
 
+/* SIMWORKER_SYNC_API=stream (default) | ctx | copy: how the syncer thread waits. */
 static void *syncer(void *arg) {
-    (void)arg;
+    const char *how = arg;
+    char buf[64];
     while (!stop) {
-        cuStreamSynchronize(stream);
+        if (!strcmp(how, "ctx")) cuCtxSynchronize();
+        else if (!strcmp(how, "copy")) cuMemcpyDtoH_v2(buf, 0x1000, sizeof buf);
+        else cuStreamSynchronize(stream);
         usleep(20000);
     }
     return NULL;
@@ -71,6 +94,8 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "wedge";
     double run_s = argc > 2 ? atof(argv[2]) : 15;
     /* SIMWORKER_START_DELAY_MS: time for a probe to attach before the kernels are looked up. */
+    const char *api = getenv("SIMWORKER_LAUNCH_API");
+    use_launch_ex = api && !strcmp(api, "ex");
     const char *delay = getenv("SIMWORKER_START_DELAY_MS");
     if (delay) usleep(atoi(delay) * 1000);
     cuInit(0);
@@ -85,7 +110,8 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "wedge")) {
         double wedge_after = (argc > 3 ? atof(argv[3]) : 300) / 1e3;
         pthread_t t;
-        pthread_create(&t, NULL, syncer, NULL);
+        const char *how = getenv("SIMWORKER_SYNC_API");
+        pthread_create(&t, NULL, syncer, (void *)(how ? how : "stream"));
         pthread_setname_np(t, "syncer");
         while (now_s() - start < wedge_after) {
             launch(prefill);
@@ -93,6 +119,7 @@ int main(int argc, char **argv) {
         }
         launch(wedge);
         while (now_s() - start < run_s) launch(decode); /* blocks once 1021 are queued */
+        cuStreamSynchronize(stream); /* with run_s <= wedge_after: only synchronizes wait */
         stop = 1;
         pthread_join(t, NULL);
     } else if (!strcmp(mode, "healthy")) {

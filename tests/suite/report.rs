@@ -180,3 +180,62 @@ fn many_short_lived_threads() {
         }
     }
 }
+
+/// cuLaunchKernelEx takes its dimensions and stream from a CUlaunchConfig in user memory;
+/// the syncer waits in a blocking copy this time.
+#[test]
+fn launch_ex_config_is_read_and_a_blocking_copy_is_named() {
+    require_root!();
+    let w = Worker::spawn(
+        &["wedge", "10", "800"],
+        &[
+            ("SIMWORKER_LAUNCH_API", "ex"),
+            ("SIMWORKER_SYNC_API", "copy"),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    sleep(secs(0.3));
+    let r = report_json(&["--pid", &w.pid_arg(), "--window", "3s"]);
+    let launcher = thread(&r, "launcher").expect("launcher is in a call");
+    assert_eq!(launcher["api"], "cuLaunchKernelEx");
+    assert_eq!(launcher["grid"], serde_json::json!([66, 4, 2]));
+    assert_eq!(launcher["block"], serde_json::json!([256, 2, 1]));
+    assert!(
+        launcher["stream"].as_str().is_some_and(|s| s != "0x0"),
+        "{launcher}"
+    );
+    let copier = thread(&r, "syncer").expect("syncer is in a call");
+    assert_eq!(copier["api"], "cuMemcpyDtoH_v2");
+    assert_eq!(copier["blocked"], true);
+    assert_eq!(r["verdict"]["kind"], "launch_queue_full");
+    assert!(
+        r["verdict"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("cuMemcpyDtoH_v2")
+    );
+}
+
+/// Only a synchronize is blocked (the launcher is not): blocked_in_sync.
+#[test]
+fn ctx_synchronize_alone_gives_blocked_in_sync() {
+    require_root!();
+    // run_s no longer than the wedge time: the launcher launches the wedge, then waits in
+    // cuStreamSynchronize; the syncer waits in cuCtxSynchronize. No launch is blocked.
+    let w = Worker::spawn(
+        &["wedge", "0.3", "300"],
+        &[
+            ("SIMWORKER_SYNC_API", "ctx"),
+            ("SIMCUDA_RELEASE_AFTER_S", "6"),
+        ],
+    );
+    sleep(secs(1.5));
+    let r = report_json(&["--pid", &w.pid_arg()]);
+    let syncer = thread(&r, "syncer").expect("syncer found");
+    assert_eq!(syncer["api"], "cuCtxSynchronize");
+    assert_eq!(
+        thread(&r, "launcher").expect("launcher found")["api"],
+        "cuStreamSynchronize"
+    );
+    assert_eq!(r["verdict"]["kind"], "blocked_in_sync", "{}", r["verdict"]);
+}
