@@ -133,28 +133,22 @@ fn print_crossing(
         return writeln!(out, "{}", json!({"event": what, "thread": t}));
     }
     let at_least = if t.in_call_at_least { "≥ " } else { "" };
-    let mut line = if what == "blocked" {
-        format!(
-            "{} BLOCKED   pid {} tid {} ({}) in {} for {at_least}{}",
-            clock(),
-            t.pid,
-            t.tid,
-            t.name,
-            t.api,
-            fmt_duration(t.in_call_ms)
-        )
+    let blocked = what == "blocked";
+    let (label, verb, since) = if blocked {
+        ("BLOCKED  ", "in", "for")
     } else {
-        format!(
-            "{} UNBLOCKED pid {} tid {} ({}) left {} after {at_least}{}",
-            clock(),
-            t.pid,
-            t.tid,
-            t.name,
-            t.api,
-            fmt_duration(t.in_call_ms)
-        )
+        ("UNBLOCKED", "left", "after")
     };
-    if what == "blocked" {
+    let mut line = format!(
+        "{} {label} pid {} tid {} ({}) {verb} {} {since} {at_least}{}",
+        clock(),
+        t.pid,
+        t.tid,
+        t.name,
+        t.api,
+        fmt_duration(t.in_call_ms)
+    );
+    if blocked {
         if let Some(s) = &t.stream {
             line.push_str(&format!(", stream {s}"));
         }

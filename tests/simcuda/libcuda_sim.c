@@ -26,23 +26,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda_sim.h"
+
 #define EXPORT __attribute__((visibility("default"), noinline))
 #define QUEUE_CAP 1021
 #define MAX_STREAMS 64
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef struct sim_kernel *CUfunction;
-typedef struct sim_kernel *CUkernel;
-typedef void *CUmodule, *CUlibrary, *CUcontext, *CUevent, *CUgraphExec;
-typedef struct sim_stream *CUstream;
-typedef unsigned long long CUdeviceptr;
-typedef struct {
-    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-    CUstream hStream;
-    void *attrs;
-    unsigned numAttrs;
-} CUlaunchConfig;
 
 enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_NOT_FOUND = 500 };
 

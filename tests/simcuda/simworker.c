@@ -26,23 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef void *CUfunction, *CUstream, *CUmodule;
-CUresult cuInit(unsigned);
-CUresult cuStreamCreate(CUstream *, unsigned);
-CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        unsigned, CUstream, void **, void **);
-CUresult cuStreamSynchronize(CUstream);
-CUresult cuCtxSynchronize(void);
-CUresult cuMemcpyDtoH_v2(void *, unsigned long long, size_t);
-typedef struct {
-    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-    CUstream hStream;
-    void *attrs;
-    unsigned numAttrs;
-} CUlaunchConfig;
-CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+#include "cuda_sim.h"
 
 static CUstream stream;
 static CUfunction prefill, decode, wedge, long_kernel;

@@ -78,15 +78,25 @@ fn test() -> anyhow::Result<()> {
     // Unit tests of every crate, then the integration tests one at a time: each runs real
     // workloads that spin on both cores, and several at once would starve each other.
     // (probe-ebpf builds only for the BPF target, inside probe-user's build script.)
+    // No doc tests: the crates have none, and an empty doc-test run would otherwise be the
+    // last "test result" line of the log.
+    let units = [
+        "probe-common",
+        "probe-user",
+        "cupti-sys",
+        "cupti-shim",
+        "xtask",
+    ];
+    run(cargo()
+        .args(["test", "--lib", "--bins"])
+        .args(units.iter().flat_map(|p| ["-p", p])))?;
     run(cargo().args([
         "test",
         "-p",
-        "probe-common",
-        "-p",
-        "probe-user",
-        "-p",
-        "cupti-sys",
-    ]))?;
-    run(cargo().args(["test", "-p", "cupti-shim", "-p", "xtask"]))?;
-    run(cargo().args(["test", "-p", "wp-tests", "--", "--test-threads=1"]))
+        "wp-tests",
+        "--test",
+        "integration",
+        "--",
+        "--test-threads=1",
+    ]))
 }
