@@ -273,7 +273,7 @@ fn syscall_regs(pid: u32, tid: u32) -> Option<(u64, u64)> {
     parse_syscall_regs(&s)
 }
 
-fn parse_syscall_regs(s: &str) -> Option<(u64, u64)> {
+pub fn parse_syscall_regs(s: &str) -> Option<(u64, u64)> {
     let fields: Vec<&str> = s.split_whitespace().collect();
     if fields.len() < 3 || fields[0] == "running" {
         return None;

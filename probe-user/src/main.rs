@@ -1,31 +1,17 @@
 //! `wedgeprobe`: wires the command line to the subcommands and turns errors into the exit
-//! codes documented in the README. Nothing else lives here.
-
-mod cli;
-mod code;
-mod collector;
-mod error;
-mod libcuda;
-mod model;
-mod probe;
-mod report;
-mod session;
-mod signals;
-mod stackscan;
-mod sys;
-mod target;
-mod verdict;
-mod watch;
+//! codes documented in the README. Nothing else lives here; the rest is the `probe_user`
+//! library (a library so the fuzz targets reach the parsers of untrusted input).
 
 use std::{io::Write, process::ExitCode, time::Duration};
 
 use clap::Parser as _;
 
-use crate::{
+use probe_user::{
     cli::{Cli, Command, ReportArgs},
     error::{ProbeError, exit},
     report::Report,
     session::Session,
+    signals, sys, watch,
 };
 
 fn main() -> ExitCode {

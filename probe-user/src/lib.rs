@@ -1,0 +1,19 @@
+//! wedgeprobe's user side as a library: the `wedgeprobe` binary (main.rs) wires it to the
+//! command line, and the fuzz targets (fuzz/) drive the parts that read untrusted input —
+//! the stack scanner and the /proc parsers — directly.
+
+pub mod cli;
+pub mod code;
+pub mod collector;
+pub mod error;
+pub mod libcuda;
+pub mod model;
+pub mod probe;
+pub mod report;
+pub mod session;
+pub mod signals;
+pub mod stackscan;
+pub mod sys;
+pub mod target;
+pub mod verdict;
+pub mod watch;
