@@ -6,6 +6,8 @@
 //! Until the CUPTI shim issue lands this only declines injection politely: the driver calls
 //! `InitializeInjection`, which reports failure (0) so CUDA carries on without it.
 
+pub mod journal;
+
 /// Entry point the CUDA driver calls when it loads `CUDA_INJECTION64_PATH`. Returns 0: the
 /// shim does not record anything yet, and says so once on stderr.
 #[unsafe(no_mangle)]

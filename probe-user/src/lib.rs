@@ -6,6 +6,7 @@ pub mod cli;
 pub mod code;
 pub mod collector;
 pub mod error;
+pub mod journal;
 pub mod libcuda;
 pub mod model;
 pub mod probe;

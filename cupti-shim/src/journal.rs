@@ -1,0 +1,373 @@
+//! The journal writer: records launches, completions and "thread T is inside API X since T0"
+//! into the shared-memory journal (layout and protocols: `probe_common::journal`).
+//!
+//! Runs inside the serving process, on CUPTI callback threads: lock-free, allocation-free,
+//! panic-free. Every store is an atomic (Relaxed for data, Release for the field that
+//! publishes it), so a reader in another process never sees a half-written slot as valid.
+//! Anything that does not fit is counted in the header's drop counters, never lost silently.
+
+use core::{
+    mem::{offset_of, size_of},
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, AtomicU64, Ordering::*},
+};
+
+use probe_common::journal::{
+    Header, InflightSlot, Layout, NAME_BYTES, NameSlot, RECORD_KERNEL_DONE, RECORD_LAUNCH,
+    RingRecord, ThreadSlot, drops, name_hash,
+};
+
+/// Slots probed from a key's home position before giving up (in-flight table and names):
+/// bounds the work of a callback; with the default capacities a probe run this long needs
+/// the table nearly full.
+const MAX_PROBE: u32 = 128;
+
+/// A launch as the callback saw it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Launch {
+    pub correlation: u64,
+    pub name_id: u32,
+    pub launch_ns: u64,
+    pub stream: u64,
+    pub stream_id: u32,
+    pub device: u32,
+    pub api: u32,
+    pub tid: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub cluster: [u32; 3],
+    pub graph_id: u32,
+}
+
+/// A kernel's completion as an activity record reports it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Completion {
+    pub correlation: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub stream_id: u32,
+    pub device: u32,
+}
+
+pub struct Writer {
+    base: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: every access through `base` is atomic; the memory outlives the writer (contract of
+// `Writer::create`).
+unsafe impl Send for Writer {}
+// SAFETY: as above.
+unsafe impl Sync for Writer {}
+
+impl Writer {
+    /// Lays a new journal out in `mem` and marks it recording.
+    ///
+    /// # Safety
+    /// `mem` must be 8-byte aligned, writable, zero-filled, at least `layout.total_size()`
+    /// bytes long, and stay mapped for the writer's lifetime.
+    pub unsafe fn create(
+        mem: NonNull<u8>,
+        layout: Layout,
+        pid: u32,
+        mono_ns: u64,
+        real_ns: u64,
+    ) -> Self {
+        let w = Self { base: mem, layout };
+        let header = layout.header(pid, mono_ns, real_ns);
+        let words = size_of::<Header>() / 8;
+        // SAFETY: Header is plain old data of `words` u64s.
+        let src =
+            unsafe { core::slice::from_raw_parts((&header as *const Header).cast::<u64>(), words) };
+        // The magic (word 0) is stored last: a reader that sees it sees a whole header.
+        for (i, &word) in src.iter().enumerate().skip(1) {
+            w.word(i as u64 * 8).store(word, Relaxed);
+        }
+        w.word(0).store(src[0], Release);
+        w
+    }
+
+    fn word(&self, off: u64) -> &AtomicU64 {
+        // SAFETY: callers pass 8-aligned offsets inside the journal (all derived from the
+        // layout), and the memory is only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off as usize).cast()) }
+    }
+
+    fn half(&self, off: u64) -> &AtomicU32 {
+        // SAFETY: as for `word`, 4-aligned.
+        unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(off as usize).cast()) }
+    }
+
+    pub fn count_drop(&self, which: usize) {
+        if which < drops::LEN {
+            self.word((offset_of!(Header, drops) + which * 8) as u64)
+                .fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn heartbeat(&self, now_ns: u64) {
+        self.word(offset_of!(Header, heartbeat_ns) as u64)
+            .store(now_ns, Relaxed);
+    }
+
+    pub fn set_state(&self, state: u32) {
+        self.half(offset_of!(Header, state) as u64)
+            .store(state, Release);
+    }
+
+    // ---- threads ----
+
+    fn thread_off(&self, i: u32) -> u64 {
+        self.layout.threads_off() + i as u64 * size_of::<ThreadSlot>() as u64
+    }
+
+    /// The slot of thread `tid`, claimed on first use; `None` (counted) when all are taken.
+    /// Callers cache the index per thread.
+    pub fn thread_slot(&self, tid: u32) -> Option<u32> {
+        let cap = self.layout.threads_cap;
+        let home = tid.wrapping_mul(0x9e37_79b9) % cap;
+        for k in 0..cap.min(MAX_PROBE) {
+            let i = (home + k) % cap;
+            let owner = self.half(self.thread_off(i) + offset_of!(ThreadSlot, tid) as u64);
+            match owner.compare_exchange(0, tid, AcqRel, Acquire) {
+                Ok(_) => return Some(i),
+                Err(t) if t == tid => return Some(i),
+                Err(_) => {}
+            }
+        }
+        self.count_drop(drops::THREADS_FULL);
+        None
+    }
+
+    /// Thread of `slot` enters `api` (a `probe_common::api` id) now.
+    pub fn enter(&self, slot: u32, api: u32, correlation: u64, now_ns: u64) {
+        let off = self.thread_off(slot % self.layout.threads_cap);
+        let since = self.word(off + offset_of!(ThreadSlot, since_ns) as u64);
+        since.store(0, Relaxed);
+        self.half(off + offset_of!(ThreadSlot, api) as u64)
+            .store(api, Relaxed);
+        self.word(off + offset_of!(ThreadSlot, correlation) as u64)
+            .store(correlation, Relaxed);
+        since.store(now_ns.max(1), Release);
+    }
+
+    pub fn exit(&self, slot: u32) {
+        let off = self.thread_off(slot % self.layout.threads_cap);
+        self.word(off + offset_of!(ThreadSlot, since_ns) as u64)
+            .store(0, Release);
+    }
+
+    // ---- in-flight launches ----
+
+    fn inflight_off(&self, i: u32) -> u64 {
+        self.layout.inflight_off() + i as u64 * size_of::<InflightSlot>() as u64
+    }
+
+    fn home(&self, key: u64, cap: u32) -> u32 {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % cap
+    }
+
+    /// Records a launch: an in-flight slot (until its completion) and a ring record.
+    /// Returns false (counted) if the in-flight table has no room near its home slot.
+    pub fn launch(&self, l: &Launch) -> bool {
+        self.ring_push(
+            RECORD_LAUNCH,
+            l.correlation,
+            l.name_id,
+            l.launch_ns,
+            0,
+            l.stream,
+            l.stream_id,
+            l.device,
+            l.tid,
+            l.api,
+        );
+        if l.correlation == 0 {
+            return false;
+        }
+        let cap = self.layout.inflight_cap;
+        let home = self.home(l.correlation, cap);
+        for k in 0..cap.min(MAX_PROBE) {
+            let off = self.inflight_off((home + k) % cap);
+            let corr = self.word(off + offset_of!(InflightSlot, correlation) as u64);
+            if corr.load(Relaxed) != 0 {
+                continue;
+            }
+            let Some(seq) = self.lock_inflight(off) else {
+                continue;
+            };
+            if corr.load(Relaxed) != 0 {
+                self.half(off + offset_of!(InflightSlot, seq) as u64)
+                    .store(seq + 2, Release);
+                continue; // taken by another writer between the check and the lock
+            }
+            self.write_inflight(off, l);
+            corr.store(l.correlation, Relaxed);
+            self.half(off + offset_of!(InflightSlot, seq) as u64)
+                .store(seq + 2, Release);
+            return true;
+        }
+        self.count_drop(drops::INFLIGHT_FULL);
+        false
+    }
+
+    /// Takes a slot's seqlock (even → odd); returns the even value it had. A slot's seq is odd
+    /// exactly while one writer changes it, so a reader that sees the same even seq before and
+    /// after copying the slot has a consistent copy — claiming included.
+    fn lock_inflight(&self, off: u64) -> Option<u32> {
+        let seq = self.half(off + offset_of!(InflightSlot, seq) as u64);
+        let s = seq.load(Relaxed);
+        if s & 1 == 1 {
+            return None;
+        }
+        seq.compare_exchange(s, s + 1, Acquire, Relaxed).ok()?;
+        core::sync::atomic::fence(Release);
+        Some(s)
+    }
+
+    fn write_inflight(&self, off: u64, l: &Launch) {
+        let h = |f: usize, v: u32| self.half(off + f as u64).store(v, Relaxed);
+        let w = |f: usize, v: u64| self.word(off + f as u64).store(v, Relaxed);
+        h(offset_of!(InflightSlot, name_id), l.name_id);
+        w(offset_of!(InflightSlot, launch_ns), l.launch_ns);
+        w(offset_of!(InflightSlot, stream), l.stream);
+        h(offset_of!(InflightSlot, stream_id), l.stream_id);
+        h(offset_of!(InflightSlot, device), l.device);
+        h(offset_of!(InflightSlot, api), l.api);
+        h(offset_of!(InflightSlot, tid), l.tid);
+        for i in 0..3 {
+            h(offset_of!(InflightSlot, grid) + 4 * i, l.grid[i]);
+            h(offset_of!(InflightSlot, block) + 4 * i, l.block[i]);
+            h(offset_of!(InflightSlot, cluster) + 4 * i, l.cluster[i]);
+        }
+        h(offset_of!(InflightSlot, graph_id), l.graph_id);
+    }
+
+    /// Records a completion: frees the launch's in-flight slot and appends a ring record.
+    pub fn complete(&self, c: &Completion) {
+        let cap = self.layout.inflight_cap;
+        let home = self.home(c.correlation, cap);
+        let mut found = None;
+        for k in 0..cap.min(MAX_PROBE) {
+            let off = self.inflight_off((home + k) % cap);
+            let corr = self.word(off + offset_of!(InflightSlot, correlation) as u64);
+            if c.correlation == 0 || corr.load(Acquire) != c.correlation {
+                continue;
+            }
+            // Only the completion of this correlation frees it, so the lock is free but for a
+            // launch writer probing past; retry briefly.
+            let mut seq = None;
+            for _ in 0..64 {
+                seq = self.lock_inflight(off);
+                if seq.is_some() {
+                    break;
+                }
+                core::hint::spin_loop();
+            }
+            let Some(s) = seq else { break };
+            let h = |f: usize| self.half(off + f as u64).load(Relaxed);
+            found = Some((
+                h(offset_of!(InflightSlot, name_id)),
+                self.word(off + offset_of!(InflightSlot, stream) as u64)
+                    .load(Relaxed),
+                h(offset_of!(InflightSlot, tid)),
+                h(offset_of!(InflightSlot, api)),
+            ));
+            corr.store(0, Relaxed);
+            self.half(off + offset_of!(InflightSlot, seq) as u64)
+                .store(s + 2, Release);
+            break;
+        }
+        let (name_id, stream, tid, api) = found.unwrap_or_else(|| {
+            self.count_drop(drops::COMPLETION_UNMATCHED);
+            (0, 0, 0, 0)
+        });
+        self.ring_push(
+            RECORD_KERNEL_DONE,
+            c.correlation,
+            name_id,
+            c.start_ns,
+            c.end_ns,
+            stream,
+            c.stream_id,
+            c.device,
+            tid,
+            api,
+        );
+    }
+
+    // ---- ring ----
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one record's fields, written in one place"
+    )]
+    fn ring_push(
+        &self,
+        kind: u32,
+        correlation: u64,
+        name_id: u32,
+        start_ns: u64,
+        end_ns: u64,
+        stream: u64,
+        stream_id: u32,
+        device: u32,
+        tid: u32,
+        api: u32,
+    ) {
+        let index = self
+            .word(offset_of!(Header, ring_head) as u64)
+            .fetch_add(1, AcqRel);
+        let off = self.layout.ring_off()
+            + (index % self.layout.ring_cap as u64) * size_of::<RingRecord>() as u64;
+        let seq = self.word(off + offset_of!(RingRecord, seq) as u64);
+        seq.store(2 * index + 1, Relaxed);
+        core::sync::atomic::fence(Release);
+        let h = |f: usize, v: u32| self.half(off + f as u64).store(v, Relaxed);
+        let w = |f: usize, v: u64| self.word(off + f as u64).store(v, Relaxed);
+        h(offset_of!(RingRecord, kind), kind);
+        h(offset_of!(RingRecord, name_id), name_id);
+        w(offset_of!(RingRecord, correlation), correlation);
+        w(offset_of!(RingRecord, start_ns), start_ns);
+        w(offset_of!(RingRecord, end_ns), end_ns);
+        w(offset_of!(RingRecord, stream), stream);
+        h(offset_of!(RingRecord, stream_id), stream_id);
+        h(offset_of!(RingRecord, device), device);
+        h(offset_of!(RingRecord, tid), tid);
+        h(offset_of!(RingRecord, api), api);
+        seq.store(2 * index + 2, Release);
+    }
+
+    // ---- names ----
+
+    /// The id (slot index + 1) of `name`, interned on first use; 0 (counted) when full.
+    pub fn intern(&self, name: &[u8]) -> u32 {
+        let hash = name_hash(name);
+        let cap = self.layout.names_cap;
+        let home = self.home(hash, cap);
+        for k in 0..cap.min(MAX_PROBE) {
+            let i = (home + k) % cap;
+            let off = self.layout.names_off() + i as u64 * size_of::<NameSlot>() as u64;
+            let slot_hash = self.word(off + offset_of!(NameSlot, hash) as u64);
+            match slot_hash.compare_exchange(0, hash, AcqRel, Acquire) {
+                Ok(_) => {
+                    let n = name.len().min(NAME_BYTES);
+                    let bytes = off + offset_of!(NameSlot, bytes) as u64;
+                    for (j, chunk) in name[..n].chunks(8).enumerate() {
+                        let mut word = [0u8; 8];
+                        word[..chunk.len()].copy_from_slice(chunk);
+                        self.word(bytes + 8 * j as u64)
+                            .store(u64::from_le_bytes(word), Relaxed);
+                    }
+                    self.half(off + offset_of!(NameSlot, len) as u64)
+                        .store(n.max(1) as u32, Release);
+                    return i + 1;
+                }
+                Err(h) if h == hash => return i + 1,
+                Err(_) => {}
+            }
+        }
+        self.count_drop(drops::NAMES_FULL);
+        0
+    }
+}

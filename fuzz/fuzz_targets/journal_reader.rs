@@ -1,0 +1,63 @@
+//! A shim journal is written by the serving process and read by wedgeprobe as root: any
+//! image must be rejected with an error or read in full without a panic.
+//!
+//! Input byte 0 picks the mode: odd → the rest is a raw image; even → a valid journal with
+//! threads, launches, completions and names is built by the real writer, and the rest of the
+//! input is XORed over it (so mutations reach the slot-reading code behind a valid header).
+#![no_main]
+
+use std::ptr::NonNull;
+
+use cupti_shim::journal::{Completion, Launch, Writer};
+use libfuzzer_sys::fuzz_target;
+use probe_common::journal::Layout;
+use probe_user::journal::OwnedJournal;
+
+const SMALL: Layout = Layout { threads_cap: 4, inflight_cap: 8, ring_cap: 16, names_cap: 4 };
+
+fn valid_image() -> OwnedJournal {
+    let mut mem = OwnedJournal::zeroed(SMALL.total_size() as usize);
+    let Some(ptr) = NonNull::new(mem.as_mut_ptr()) else { return mem };
+    // SAFETY: aligned, zeroed, sized for SMALL; `mem` outlives the writer.
+    let w = unsafe { Writer::create(ptr, SMALL, 7, 1, 2) };
+    let name = w.intern(b"_Z6kernelPf");
+    if let Some(slot) = w.thread_slot(11) {
+        w.enter(slot, 0, 3, 100);
+    }
+    for corr in 1..=6 {
+        w.launch(&Launch { correlation: corr, name_id: name, launch_ns: corr, ..Launch::default() });
+    }
+    w.complete(&Completion { correlation: 1, start_ns: 5, end_ns: 6, ..Completion::default() });
+    mem
+}
+
+fn read_all(image: &OwnedJournal) {
+    if let Ok(view) = image.view() {
+        let _ = view.threads_in_calls();
+        let _ = view.drops();
+        for slot in view.inflight() {
+            let _ = view.name(slot.name_id);
+        }
+        let ring = view.ring_since(0);
+        for r in ring.records.iter().take(64) {
+            let _ = view.name(r.name_id);
+        }
+        let _ = view.ring_since(u64::MAX);
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    if mode & 1 == 1 {
+        read_all(&OwnedJournal::from_bytes(rest));
+        return;
+    }
+    let image = valid_image();
+    // SAFETY: `image` owns `len()` initialised bytes and is not written while borrowed.
+    let mut bytes = unsafe { std::slice::from_raw_parts(image.as_ptr(), image.len()) }.to_vec();
+    for (i, b) in rest.iter().enumerate() {
+        let at = (i * 131) % bytes.len();
+        bytes[at] ^= b;
+    }
+    read_all(&OwnedJournal::from_bytes(&bytes));
+});

@@ -1,0 +1,393 @@
+//! The shim↔probe journal: a fixed-size shared-memory file one serving process writes (the
+//! CUPTI shim, lock-free, from its callbacks) and wedgeprobe reads (as root, from another
+//! process). This module is the layout only; the writer lives in `cupti-shim::journal`, the
+//! validating reader in `probe-user::journal`.
+//!
+//! The writer is untrusted from the reader's point of view: every offset, capacity, index and
+//! length read from the file is checked by the reader before use (see `Layout::validate`).
+//!
+//! ```text
+//! [Header 256 B][ThreadSlot × threads_cap][InflightSlot × inflight_cap]
+//! [RingRecord × ring_cap][NameSlot × names_cap]
+//! ```
+//! Concurrency: each section has its own protocol, all with atomics on naturally aligned
+//! fields, so a reader never blocks a writer:
+//! - `ThreadSlot`: claimed once per thread by CAS on `tid`; its owner thread alone writes it;
+//!   `since_ns` is written last on entry (0 = not in a call), so a reader that sees it
+//!   non-zero, reads the rest, and sees the same `since_ns` again has a consistent slot.
+//! - `InflightSlot`: claimed by CAS on `correlation` (0 = free); `seq` is odd while the owner
+//!   writes, even when stable (a seqlock); completion frees it (correlation back to 0).
+//! - `RingRecord`: index = `ring_head.fetch_add(1)`; `seq` = 2·index+1 while written,
+//!   2·index+2 when complete: a reader checks it before and after copying.
+//! - `NameSlot`: claimed by CAS on `hash` (0 = empty); `len` is stored last (0 = not ready).
+
+/// `b"WPJRNL"` then the format's major version.
+pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x01";
+pub const VERSION: u32 = 1;
+
+/// `Header::state`.
+pub const STATE_RECORDING: u32 = 1;
+/// The shim turned itself off (disabled, failed, or released CUPTI for a profiler).
+pub const STATE_OFF: u32 = 2;
+
+/// Indexes into `Header::drops`: everything the writer could not record.
+pub mod drops {
+    pub const THREADS_FULL: usize = 0;
+    pub const INFLIGHT_FULL: usize = 1;
+    pub const NAMES_FULL: usize = 2;
+    /// A completion whose launch was not in the in-flight table.
+    pub const COMPLETION_UNMATCHED: usize = 3;
+    /// Activity records CUPTI reported as dropped.
+    pub const ACTIVITY_DROPPED: usize = 4;
+    pub const LEN: usize = 8;
+    pub const NAMES: [&str; LEN] = [
+        "threads_full",
+        "inflight_full",
+        "names_full",
+        "completion_unmatched",
+        "activity_dropped",
+        "reserved5",
+        "reserved6",
+        "reserved7",
+    ];
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub magic: [u8; 8],
+    pub version: u32,
+    /// `size_of::<Header>()` as the writer built it.
+    pub header_size: u32,
+    pub total_size: u64,
+    pub pid: u32,
+    /// `STATE_*` (atomic).
+    pub state: u32,
+    /// The clock pair taken together at creation: CLOCK_MONOTONIC and CLOCK_REALTIME ns.
+    pub created_mono_ns: u64,
+    pub created_real_ns: u64,
+    /// CLOCK_MONOTONIC ns of the writer's last sign of life (atomic).
+    pub heartbeat_ns: u64,
+    pub threads_off: u64,
+    pub threads_cap: u32,
+    pub thread_slot_size: u32,
+    pub inflight_off: u64,
+    pub inflight_cap: u32,
+    pub inflight_slot_size: u32,
+    pub ring_off: u64,
+    pub ring_cap: u32,
+    pub ring_record_size: u32,
+    pub names_off: u64,
+    pub names_cap: u32,
+    pub name_slot_size: u32,
+    /// Records ever reserved on the ring (atomic).
+    pub ring_head: u64,
+    /// Counters indexed by `drops::*` (atomic).
+    pub drops: [u64; drops::LEN],
+    pub _reserved: [u64; 8],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSlot {
+    /// Owner thread id (atomic; 0 = free).
+    pub tid: u32,
+    /// `probe_common::api` id of the call it is in.
+    pub api: u32,
+    /// CLOCK_MONOTONIC ns the call began (atomic; 0 = not in a call; written last).
+    pub since_ns: u64,
+    pub correlation: u64,
+    pub _pad: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InflightSlot {
+    /// CUPTI correlation id (atomic; 0 = free).
+    pub correlation: u64,
+    /// Seqlock (atomic): odd while being written.
+    pub seq: u32,
+    /// Name slot index + 1 (0 = unknown).
+    pub name_id: u32,
+    /// CLOCK_MONOTONIC ns of the launch call.
+    pub launch_ns: u64,
+    /// The `CUstream` handle.
+    pub stream: u64,
+    /// CUPTI's stream id (what activity records carry).
+    pub stream_id: u32,
+    pub device: u32,
+    pub api: u32,
+    pub tid: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub cluster: [u32; 3],
+    pub graph_id: u32,
+}
+
+/// `RingRecord::kind`.
+pub const RECORD_LAUNCH: u32 = 1;
+pub const RECORD_KERNEL_DONE: u32 = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingRecord {
+    /// 2·index+1 while written, 2·index+2 when complete (atomic).
+    pub seq: u64,
+    pub kind: u32,
+    pub name_id: u32,
+    pub correlation: u64,
+    /// Launch: the launch call's time. Done: the kernel's start on the GPU.
+    pub start_ns: u64,
+    /// Done: the kernel's end on the GPU; 0 otherwise.
+    pub end_ns: u64,
+    pub stream: u64,
+    pub stream_id: u32,
+    pub device: u32,
+    pub tid: u32,
+    pub api: u32,
+}
+
+/// Bytes of a kernel name kept (mangled names of templated kernels run past 1 KiB; the
+/// prefix tells them apart in practice).
+pub const NAME_BYTES: usize = 240;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NameSlot {
+    /// FNV-1a of the full name, never 0 (atomic; 0 = empty).
+    pub hash: u64,
+    /// Bytes used in `bytes` (atomic; 0 = being written).
+    pub len: u32,
+    pub _pad: u32,
+    pub bytes: [u8; NAME_BYTES],
+}
+
+/// FNV-1a 64, with 0 mapped to 1 (0 marks an empty name slot).
+pub fn name_hash(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    if h == 0 { 1 } else { h }
+}
+
+/// Capacities of a journal; the sections follow the header in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub threads_cap: u32,
+    pub inflight_cap: u32,
+    pub ring_cap: u32,
+    pub names_cap: u32,
+}
+
+impl Layout {
+    /// Defaults: 1,024 threads, 8,192 in-flight launches (8 streams × a full 1,021-deep
+    /// queue), a 16,384-record ring (the last ~0.2 s of a launch-bound loop), 4,096 names:
+    /// 2.7 MiB in all.
+    pub const DEFAULT: Layout = Layout {
+        threads_cap: 1024,
+        inflight_cap: 8192,
+        ring_cap: 16384,
+        names_cap: 4096,
+    };
+
+    pub const fn threads_off(&self) -> u64 {
+        core::mem::size_of::<Header>() as u64
+    }
+    pub const fn inflight_off(&self) -> u64 {
+        self.threads_off() + self.threads_cap as u64 * core::mem::size_of::<ThreadSlot>() as u64
+    }
+    pub const fn ring_off(&self) -> u64 {
+        self.inflight_off() + self.inflight_cap as u64 * core::mem::size_of::<InflightSlot>() as u64
+    }
+    pub const fn names_off(&self) -> u64 {
+        self.ring_off() + self.ring_cap as u64 * core::mem::size_of::<RingRecord>() as u64
+    }
+    pub const fn total_size(&self) -> u64 {
+        self.names_off() + self.names_cap as u64 * core::mem::size_of::<NameSlot>() as u64
+    }
+
+    /// The header a writer of this layout starts with.
+    pub fn header(&self, pid: u32, mono_ns: u64, real_ns: u64) -> Header {
+        Header {
+            magic: MAGIC,
+            version: VERSION,
+            header_size: core::mem::size_of::<Header>() as u32,
+            total_size: self.total_size(),
+            pid,
+            state: STATE_RECORDING,
+            created_mono_ns: mono_ns,
+            created_real_ns: real_ns,
+            heartbeat_ns: mono_ns,
+            threads_off: self.threads_off(),
+            threads_cap: self.threads_cap,
+            thread_slot_size: core::mem::size_of::<ThreadSlot>() as u32,
+            inflight_off: self.inflight_off(),
+            inflight_cap: self.inflight_cap,
+            inflight_slot_size: core::mem::size_of::<InflightSlot>() as u32,
+            ring_off: self.ring_off(),
+            ring_cap: self.ring_cap,
+            ring_record_size: core::mem::size_of::<RingRecord>() as u32,
+            names_off: self.names_off(),
+            names_cap: self.names_cap,
+            name_slot_size: core::mem::size_of::<NameSlot>() as u32,
+            ring_head: 0,
+            drops: [0; drops::LEN],
+            _reserved: [0; 8],
+        }
+    }
+}
+
+/// Largest journal a reader accepts (a hostile header must not make it map gigabytes).
+pub const MAX_TOTAL_SIZE: u64 = 256 << 20;
+
+/// Why a journal header is not acceptable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderError {
+    TooShort {
+        len: u64,
+    },
+    BadMagic,
+    UnsupportedVersion {
+        version: u32,
+    },
+    /// A size, offset or capacity is not what this version's layout gives.
+    Inconsistent {
+        field: &'static str,
+    },
+    TooLarge {
+        total_size: u64,
+    },
+}
+
+impl Header {
+    /// Checks a header read from an untrusted file of `file_len` bytes: the magic, the
+    /// version, and that every section is exactly where this version puts it for the
+    /// capacities given (so no offset or size from the file is ever used unchecked).
+    pub fn validate(&self, file_len: u64) -> Result<Layout, HeaderError> {
+        if file_len < core::mem::size_of::<Header>() as u64 {
+            return Err(HeaderError::TooShort { len: file_len });
+        }
+        if self.magic != MAGIC {
+            return Err(HeaderError::BadMagic);
+        }
+        if self.version != VERSION {
+            return Err(HeaderError::UnsupportedVersion {
+                version: self.version,
+            });
+        }
+        let layout = Layout {
+            threads_cap: self.threads_cap,
+            inflight_cap: self.inflight_cap,
+            ring_cap: self.ring_cap,
+            names_cap: self.names_cap,
+        };
+        if [
+            layout.threads_cap,
+            layout.inflight_cap,
+            layout.ring_cap,
+            layout.names_cap,
+        ]
+        .iter()
+        .any(|&c| c == 0 || c > 1 << 20)
+        {
+            return Err(HeaderError::Inconsistent { field: "capacity" });
+        }
+        let expected = layout.header(self.pid, 0, 0);
+        let checks: [(&'static str, bool); 10] = [
+            ("header_size", self.header_size == expected.header_size),
+            (
+                "thread_slot_size",
+                self.thread_slot_size == expected.thread_slot_size,
+            ),
+            (
+                "inflight_slot_size",
+                self.inflight_slot_size == expected.inflight_slot_size,
+            ),
+            (
+                "ring_record_size",
+                self.ring_record_size == expected.ring_record_size,
+            ),
+            (
+                "name_slot_size",
+                self.name_slot_size == expected.name_slot_size,
+            ),
+            ("threads_off", self.threads_off == expected.threads_off),
+            ("inflight_off", self.inflight_off == expected.inflight_off),
+            ("ring_off", self.ring_off == expected.ring_off),
+            ("names_off", self.names_off == expected.names_off),
+            ("total_size", self.total_size == expected.total_size),
+        ];
+        if let Some((field, _)) = checks.iter().find(|(_, ok)| !ok) {
+            return Err(HeaderError::Inconsistent { field });
+        }
+        if self.total_size > MAX_TOTAL_SIZE {
+            return Err(HeaderError::TooLarge {
+                total_size: self.total_size,
+            });
+        }
+        if file_len < self.total_size {
+            return Err(HeaderError::TooShort { len: file_len });
+        }
+        Ok(layout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::mem::{offset_of, size_of};
+
+    use super::*;
+
+    #[test]
+    fn layouts_are_pinned() {
+        assert_eq!(size_of::<Header>(), 256);
+        assert_eq!(offset_of!(Header, ring_head), 120);
+        assert_eq!(size_of::<ThreadSlot>(), 32);
+        assert_eq!(size_of::<InflightSlot>(), 88);
+        assert_eq!(size_of::<RingRecord>(), 64);
+        assert_eq!(size_of::<NameSlot>(), 256);
+        assert_eq!(
+            Layout::DEFAULT.total_size(),
+            256 + 32 * 1024 + 88 * 8192 + 64 * 16384 + 256 * 4096
+        );
+    }
+
+    #[test]
+    fn a_writers_header_validates_and_tampering_does_not() {
+        let l = Layout::DEFAULT;
+        let h = l.header(42, 1, 2);
+        assert_eq!(h.validate(l.total_size()), Ok(l));
+        assert_eq!(
+            h.validate(l.total_size() - 1),
+            Err(HeaderError::TooShort {
+                len: l.total_size() - 1
+            })
+        );
+        let mut bad = h;
+        bad.ring_off += 8;
+        assert_eq!(
+            bad.validate(l.total_size()),
+            Err(HeaderError::Inconsistent { field: "ring_off" })
+        );
+        let mut bad = h;
+        bad.ring_cap = u32::MAX;
+        assert!(bad.validate(u64::MAX).is_err());
+        let mut bad = h;
+        bad.magic[0] = b'X';
+        assert_eq!(bad.validate(l.total_size()), Err(HeaderError::BadMagic));
+        let mut bad = h;
+        bad.version = 2;
+        assert_eq!(
+            bad.validate(l.total_size()),
+            Err(HeaderError::UnsupportedVersion { version: 2 })
+        );
+    }
+
+    #[test]
+    fn name_hash_is_never_zero() {
+        assert_ne!(name_hash(b""), 0);
+        assert_ne!(name_hash(b"_Z6kernelv"), name_hash(b"_Z6kernelf"));
+    }
+}
