@@ -1,25 +1,70 @@
-//! The CUPTI injection library (`CUDA_INJECTION64_PATH`).
+//! The injection library (`CUDA_INJECTION64_PATH`): records launches and completions of the
+//! process it is loaded into, in a shared-memory journal wedgeprobe reads
+//! (`probe_common::journal`).
 //!
-//! Error handling: nothing here may unwind into the host process; every failure turns the shim
-//! off. Thread safety: `InitializeInjection` is called once by the driver.
+//! Error handling: nothing here may unwind into the host process. `InitializeInjection` and
+//! every callback run their body under `catch_unwind`; every failure turns the shim off with
+//! one line on stderr (`wedgeprobe shim: …; shim off`) and the process runs on untouched.
+//! Thread safety: callbacks come from any thread; the journal writer is lock-free.
 //!
-//! Until the CUPTI shim issue lands this only declines injection politely: the driver calls
-//! `InitializeInjection`, which reports failure (0) so CUDA carries on without it.
+//! Backends: the simulated driver (tests/simcuda) today; the CUPTI backend is the next step
+//! of issue 3. `WEDGEPROBE_SHIM=off` disables the shim.
 
 pub mod journal;
+pub mod recorder;
+pub mod shm;
+pub mod sim_backend;
 
-/// Entry point the CUDA driver calls when it loads `CUDA_INJECTION64_PATH`. Returns 0: the
-/// shim does not record anything yet, and says so once on stderr.
+use std::panic::catch_unwind;
+
+use probe_common::journal::Layout;
+
+/// Entry point the CUDA driver calls when it loads `CUDA_INJECTION64_PATH`: 1 when the shim
+/// records, 0 when it turned itself off (the driver then carries on without it).
 #[unsafe(no_mangle)]
 pub extern "C" fn InitializeInjection() -> i32 {
-    // eprintln! can panic only if stderr is closed in a way that errors; use write(2) directly.
-    let msg = b"wedgeprobe shim: not implemented in this build; shim off\n";
-    // SAFETY: writing a static buffer to fd 2; the result is deliberately ignored.
-    unsafe { libc_write(2, msg.as_ptr(), msg.len()) };
-    0
+    match catch_unwind(init) {
+        Ok(Ok(())) => 1,
+        Ok(Err(why)) => {
+            log_off(why.as_bytes());
+            0
+        }
+        Err(_) => {
+            log_off(b"internal error during initialisation");
+            0
+        }
+    }
 }
 
-unsafe extern "C" {
-    #[link_name = "write"]
-    fn libc_write(fd: i32, buf: *const u8, count: usize) -> isize;
+fn init() -> Result<(), String> {
+    if std::env::var("WEDGEPROBE_SHIM").is_ok_and(|v| v == "off" || v == "0") {
+        return Err("disabled by WEDGEPROBE_SHIM".into());
+    }
+    let rec = recorder::start(Layout::DEFAULT)
+        .map_err(|e| format!("cannot create its journal in {}: {e}", shm::DIR))?;
+    if !sim_backend::attach() {
+        rec.turn_off();
+        return Err("no CUPTI backend in this build yet".into());
+    }
+    std::thread::Builder::new()
+        .name("wedgeprobe-hb".into())
+        .spawn(|| {
+            loop {
+                if let Some(rec) = recorder::get() {
+                    rec.heartbeat();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        })
+        .map_err(|e| format!("cannot start its heartbeat thread: {e}"))?;
+    Ok(())
+}
+
+fn log_off(why: &[u8]) {
+    let mut line = Vec::with_capacity(why.len() + 40);
+    line.extend_from_slice(b"wedgeprobe shim: ");
+    line.extend_from_slice(why);
+    line.extend_from_slice(b"; shim off\n");
+    // SAFETY: writing our own buffer to fd 2; the result is deliberately ignored.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }

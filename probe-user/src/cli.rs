@@ -21,6 +21,8 @@ pub enum Command {
     Report(ReportArgs),
     /// Watch continuously; print a line whenever a thread becomes blocked or unblocked.
     Watch(WatchArgs),
+    /// Print the path to put in CUDA_INJECTION64_PATH (the shim next to this binary).
+    ShimPath,
 }
 
 #[derive(Args, Debug)]

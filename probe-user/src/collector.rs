@@ -5,7 +5,7 @@
 //! Records from the rings are decoded by size and kind and counted when they do not decode;
 //! bytes that came from the target (kernel names, stacks) are treated as hostile.
 
-use std::{fs, mem::size_of};
+use std::{collections::HashMap, fs, mem::size_of};
 
 use anyhow::Context as _;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
@@ -16,7 +16,9 @@ use probe_common::{
 
 use crate::{
     code::TargetCode,
-    model::Model,
+    journal::MappedJournal,
+    kernels::JournalCursor,
+    model::{JournalInfo, Model},
     probe::{Attached, Probe},
     sys,
     target::Target,
@@ -38,6 +40,8 @@ pub struct Collector {
     counters: PerCpuArray<MapData, u64>,
     last_offcpu_scan_ns: u64,
     last_prune_ns: u64,
+    /// Open shim journals by pid.
+    journals: HashMap<u32, (MappedJournal, JournalCursor)>,
 }
 
 /// A target that went away since the last poll.
@@ -63,14 +67,65 @@ impl Collector {
             model: Model::new(),
             last_offcpu_scan_ns: 0,
             last_prune_ns: 0,
+            journals: HashMap::new(),
         })
     }
 
     pub fn attach(&mut self, target: Target, launch_returns: bool) -> anyhow::Result<Attached> {
         let attached = self.probe.attach(&target, launch_returns)?;
         let code = TargetCode::new(&target, &attached.lib);
+        let pid = target.pid;
+        let journal = target.journal.clone();
         self.model.add_process(target, code, sys::monotonic_ns());
+        if let Some(mapping) = journal {
+            self.open_journal(pid, &mapping.path);
+        }
         Ok(attached)
+    }
+
+    /// Opens a target's shim journal; a rejected one is reported, and eBPF carries on alone.
+    fn open_journal(&mut self, pid: u32, path: &str) {
+        match MappedJournal::open(pid, path) {
+            Ok(j) => {
+                self.journals.insert(pid, (j, JournalCursor::default()));
+            }
+            Err(e) => {
+                let info = JournalInfo {
+                    path: path.to_string(),
+                    status: format!("rejected: {e:#}"),
+                    ..JournalInfo::default()
+                };
+                self.model.journals.insert(pid, info);
+            }
+        }
+    }
+
+    fn read_journals(&mut self, now_ns: u64) {
+        for (&pid, (journal, cursor)) in self.journals.iter_mut() {
+            let view = journal.view();
+            cursor.advance(view);
+            self.model
+                .kernels
+                .insert(pid, cursor.heads(pid, view, now_ns));
+            let heartbeat = view.heartbeat_ns();
+            self.model.journals.insert(
+                pid,
+                JournalInfo {
+                    path: journal.path.clone(),
+                    status: if view.shim_off() {
+                        "shim_off"
+                    } else {
+                        "recording"
+                    }
+                    .into(),
+                    heartbeat_age_ms: (heartbeat > 0)
+                        .then(|| now_ns.saturating_sub(heartbeat) as f64 / 1e6),
+                    completions_seen: cursor.completed,
+                    ring_lost: cursor.lost,
+                    drops: view.drops().into_iter().collect(),
+                },
+            );
+        }
     }
 
     /// One tick: everything the kernel has for us, then the periodic /proc work.
@@ -79,6 +134,7 @@ impl Collector {
         self.drain_samples(now_ns);
         self.read_in_call();
         self.read_yields();
+        self.read_journals(now_ns);
         if now_ns.saturating_sub(self.last_offcpu_scan_ns) >= OFFCPU_SCAN_EVERY_NS {
             self.last_offcpu_scan_ns = now_ns;
             self.scan_sleeping_threads(now_ns);
@@ -209,8 +265,20 @@ impl Collector {
                     comm: p.target.comm.clone(),
                 });
                 self.probe.detach(pid);
+                self.journals.remove(&pid);
+                self.model.kernels.remove(&pid);
                 continue;
             }
+            // A process that initialises CUDA after attach creates its journal then.
+            if !self.journals.contains_key(&pid)
+                && !self.model.journals.contains_key(&pid)
+                && let Some(m) = crate::target::find_journal(pid)
+            {
+                self.open_journal(pid, &m.path);
+            }
+            let Some(p) = self.model.procs.get_mut(&pid) else {
+                continue;
+            };
             // Threads rename themselves (pthread_setname_np after start): re-read names.
             for (&tid, t) in p.threads.iter_mut() {
                 t.name = p.target.thread_name(tid);

@@ -289,6 +289,97 @@ impl OwnedJournal {
     }
 }
 
+/// A target's journal file, mapped read-only.
+pub struct MappedJournal {
+    base: *mut libc::c_void,
+    len: usize,
+    view: JournalView,
+    pub path: String,
+}
+
+impl Drop for MappedJournal {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+impl MappedJournal {
+    /// Opens the journal a target maps at `mapping.path` (through /proc/PID/root, so a
+    /// container's /dev/shm is the one read). Refuses a file the target's user does not own
+    /// or that others can write, then validates the header.
+    pub fn open(pid: u32, path: &str) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let host_path = format!("/proc/{pid}/root{path}");
+        let file =
+            std::fs::File::open(&host_path).with_context(|| format!("cannot open {path}"))?;
+        let meta = file.metadata()?;
+        let uid = process_uid(pid).context("cannot read the target's uid")?;
+        if meta.uid() != uid {
+            anyhow::bail!(
+                "{path} is owned by uid {}, not by the target's uid {uid}",
+                meta.uid()
+            );
+        }
+        if meta.mode() & 0o022 != 0 {
+            anyhow::bail!(
+                "{path} is writable by other users (mode {:o})",
+                meta.mode() & 0o777
+            );
+        }
+        let len = usize::try_from(meta.len()).context("journal size")?;
+        if len < size_of::<Header>() || len as u64 > probe_common::journal::MAX_TOTAL_SIZE {
+            anyhow::bail!("{path} has an impossible size ({len} bytes)");
+        }
+        // SAFETY: a read-only shared mapping of a file we opened; checked for MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("cannot map the journal");
+        }
+        // SAFETY: the mapping is page-aligned, `len` bytes, and lives as long as `self`. A
+        // file truncated under us would fault on access; the writer never truncates.
+        match unsafe { JournalView::new(base.cast(), len) } {
+            Ok(view) => Ok(Self {
+                base,
+                len,
+                view,
+                path: path.to_string(),
+            }),
+            Err(e) => {
+                // SAFETY: our own mapping.
+                unsafe { libc::munmap(base, len) };
+                Err(anyhow::Error::from(e).context(format!("{path} rejected")))
+            }
+        }
+    }
+
+    pub fn view(&self) -> &JournalView {
+        &self.view
+    }
+}
+
+/// The real uid of a process (first field of `Uid:` in /proc/PID/status).
+fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use std::{ptr::NonNull, sync::Arc};

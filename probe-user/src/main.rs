@@ -31,6 +31,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Report(args) => report(args, &mut out),
         Command::Watch(args) => watch::run(args, &mut out),
+        Command::ShimPath => shim_path(&mut out),
     };
     match result {
         Ok(()) => ExitCode::from(exit::OK),
@@ -93,4 +94,18 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
                 .and_then(|j| j.io_error_kind())
                 .is_some_and(|k| k == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+/// The shim library installed next to the wedgeprobe binary.
+fn shim_path(out: &mut impl Write) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let shim = exe.with_file_name("libcupti_shim.so");
+    if !shim.exists() {
+        anyhow::bail!(
+            "no libcupti_shim.so next to {} (build it: cargo build -p cupti-shim)",
+            exe.display()
+        );
+    }
+    writeln!(out, "{}", shim.display())?;
+    Ok(())
 }

@@ -151,6 +151,24 @@ pub struct Model {
     pub lost: [u64; probe_common::counters::LEN as usize],
     /// Records on the rings that did not decode (wrong size or kind): counted, never trusted.
     pub bad_records: u64,
+    /// Per pid: the oldest in-flight kernel of each stream, from the shim journal.
+    pub kernels: HashMap<u32, Vec<crate::kernels::StreamHead>>,
+    /// Per pid: the state of its shim journal (absent: the process has none).
+    pub journals: HashMap<u32, JournalInfo>,
+}
+
+/// What a report says about a process's shim journal.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct JournalInfo {
+    pub path: String,
+    /// `recording`, `shim_off`, or `rejected: <reason>`.
+    pub status: String,
+    pub heartbeat_age_ms: Option<f64>,
+    pub completions_seen: u64,
+    /// Ring records overwritten before wedgeprobe read them.
+    pub ring_lost: u64,
+    /// The shim's own drop counters.
+    pub drops: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// One thread inside a driver call, as reports show it.
@@ -199,6 +217,8 @@ impl Model {
             kernel_names: HashMap::new(),
             lost: [0; probe_common::counters::LEN as usize],
             bad_records: 0,
+            kernels: HashMap::new(),
+            journals: HashMap::new(),
         }
     }
 

@@ -22,6 +22,9 @@ pub struct Report {
     pub launch_returns: bool,
     pub targets: Vec<TargetReport>,
     pub threads: Vec<ThreadView>,
+    /// Per stream, the oldest kernel not yet completed (from shim journals), longest running
+    /// first. Empty in eBPF-only mode.
+    pub kernels: Vec<crate::kernels::StreamHead>,
     pub latency: Vec<LatencyReport>,
     /// Every loss, by name; all zero in a complete report.
     pub lost: std::collections::BTreeMap<&'static str, u64>,
@@ -37,6 +40,8 @@ pub struct TargetReport {
     pub traced_entry_points: usize,
     pub missing_symbols: Vec<&'static str>,
     pub kernel_names_known: usize,
+    /// The process's shim journal; null when it runs without the shim.
+    pub journal: Option<crate::model::JournalInfo>,
 }
 
 #[derive(Serialize)]
@@ -67,7 +72,15 @@ impl Report {
     ) -> Self {
         let threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
         let any_alive = model.procs.values().any(|p| !p.exited);
-        let verdict = verdict::decide(&threads, blocked_after_ms, any_alive);
+        let mut kernels: Vec<crate::kernels::StreamHead> =
+            model.kernels.values().flatten().cloned().collect();
+        kernels.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
+        let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive);
+        verdict::name_the_kernel(&mut verdict, &threads, &kernels);
+        let with_journal = model
+            .journals
+            .values()
+            .any(|j| !j.status.starts_with("rejected"));
         let targets = model
             .procs
             .values()
@@ -85,6 +98,7 @@ impl Report {
                     .keys()
                     .filter(|(pid, _)| *pid == p.target.pid)
                     .count(),
+                journal: model.journals.get(&p.target.pid).cloned(),
             })
             .collect();
         let us = |ns: u64| ns as f64 / 1e3;
@@ -112,12 +126,17 @@ impl Report {
         lost.insert("undecodable_records", model.bad_records);
         Self {
             wedgeprobe_version: env!("CARGO_PKG_VERSION"),
-            mode: "ebpf-only",
+            mode: if with_journal {
+                "journal+ebpf"
+            } else {
+                "ebpf-only"
+            },
             observed_ms,
             blocked_after_ms,
             launch_returns,
             targets,
             threads,
+            kernels,
             latency,
             lost,
             verdict,
@@ -187,6 +206,37 @@ impl Report {
                     t.stream.as_deref().unwrap_or("-"),
                     details.join(", ")
                 )?;
+            }
+        }
+        if !self.kernels.is_empty() {
+            writeln!(out, "\noldest unfinished kernel per stream (shim journal):")?;
+            for k in &self.kernels {
+                writeln!(
+                    out,
+                    "  pid {} dev {} stream {}: {}  running ~{}  ({} queued behind; launched {} ago by tid {}; grid {}x{}x{} block {}x{}x{}; correlation {})",
+                    k.pid,
+                    k.device,
+                    k.stream,
+                    k.kernel,
+                    fmt_duration(k.running_ms),
+                    k.queued_behind,
+                    fmt_duration(k.launched_ms_ago),
+                    k.tid,
+                    k.grid[0],
+                    k.grid[1],
+                    k.grid[2],
+                    k.block[0],
+                    k.block[1],
+                    k.block[2],
+                    k.correlation
+                )?;
+            }
+        }
+        for t in &self.targets {
+            if let Some(j) = &t.journal
+                && j.status != "recording"
+            {
+                writeln!(out, "\njournal of pid {}: {}", t.pid, j.status)?;
             }
         }
         if !self.latency.is_empty() {

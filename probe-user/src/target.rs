@@ -32,6 +32,8 @@ pub struct Target {
     pub libcuda_maps: Vec<Mapping>,
     /// Every executable mapping: a stack word that points elsewhere is no return address.
     pub code_maps: Vec<Mapping>,
+    /// The CUPTI shim's journal mapping, if the process has one.
+    pub journal: Option<Mapping>,
 }
 
 impl Target {
@@ -73,8 +75,10 @@ impl Target {
         };
         let libcuda = first.path.clone();
         let libcuda_host_path = proc.join("root").join(libcuda.trim_start_matches('/'));
+        let journal = all.iter().find(|m| is_journal(&m.path)).cloned();
         let code_maps = all.into_iter().filter(|m| m.executable).collect();
         Ok(Self {
+            journal,
             pid,
             comm,
             libcuda,
@@ -124,6 +128,21 @@ impl Target {
                 .then(|| m.start + (file_offset - m.offset))
         })
     }
+}
+
+/// The journal mapping of `pid`, if it has one now.
+pub fn find_journal(pid: u32) -> Option<Mapping> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines()
+        .filter_map(parse_maps_line)
+        .find(|m| is_journal(&m.path))
+}
+
+/// `/dev/shm/wedgeprobe-<pid>.journal` (cupti-shim/src/shm.rs), not a deleted one.
+pub fn is_journal(path: &str) -> bool {
+    path.strip_prefix("/dev/shm/wedgeprobe-")
+        .and_then(|rest| rest.strip_suffix(".journal"))
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `libcuda.so`, `libcuda.so.1`, `libcuda.so.580.159.04`; not `libcudart` or `libcudnn`.
@@ -182,6 +201,14 @@ mod tests {
         assert!(parse_maps_line("zz-10 r-xp 0 0 0").is_none());
         assert!(parse_maps_line("20-10 r-xp 0 0:0 0").is_none());
         assert!(parse_maps_line("").is_none());
+    }
+
+    #[test]
+    fn journal_paths() {
+        assert!(is_journal("/dev/shm/wedgeprobe-4242.journal"));
+        assert!(!is_journal("/dev/shm/wedgeprobe-4242.journal (deleted)"));
+        assert!(!is_journal("/dev/shm/wedgeprobe-.journal"));
+        assert!(!is_journal("/tmp/wedgeprobe-1.journal"));
     }
 
     #[test]

@@ -155,6 +155,40 @@ pub fn fmt_duration(ms: f64) -> String {
     }
 }
 
+/// With a shim journal, says which kernel the blocked threads wait behind: the longest-running
+/// unfinished kernel of a process that has blocked threads. (Deciding that a kernel itself is
+/// wedged — adaptive bounds from its duration history — is issue 3's kernel verdict.)
+pub fn name_the_kernel(
+    verdict: &mut Verdict,
+    threads: &[ThreadView],
+    kernels: &[crate::kernels::StreamHead],
+) {
+    if matches!(
+        verdict.kind,
+        VerdictKind::Healthy | VerdictKind::TargetExited
+    ) {
+        return;
+    }
+    let Some(k) = kernels
+        .iter()
+        .find(|k| threads.iter().any(|t| t.blocked && t.pid == k.pid))
+    else {
+        return;
+    };
+    verdict.summary = verdict
+        .summary
+        .replace("; eBPF-only mode cannot name it.", ".");
+    verdict.summary.push_str(&format!(
+        " Oldest unfinished kernel: {} on device {} stream {} (grid {}x{}x{}, block {}x{}x{}), running ~{} with {} launches queued behind it.",
+        k.kernel,
+        k.device,
+        k.stream,
+        k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+        fmt_duration(k.running_ms),
+        k.queued_behind
+    ));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

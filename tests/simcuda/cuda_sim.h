@@ -28,4 +28,34 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, 
 CUresult cuStreamSynchronize(CUstream s);
 CUresult cuCtxSynchronize(void);
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+
+/* The callbacks an injection library gets from the simulated driver, at the moments CUPTI
+ * would call it (cupti-shim/src/sim_backend.rs mirrors these). Api ids are
+ * probe_common::api's: their position in its TABLE. */
+enum {
+    SIM_API_LAUNCH_KERNEL = 0,
+    SIM_API_LAUNCH_KERNEL_EX = 2,
+    SIM_API_LAUNCH_COOPERATIVE = 4,
+    SIM_API_GRAPH_LAUNCH = 6,
+    SIM_API_STREAM_SYNCHRONIZE = 8,
+    SIM_API_CTX_SYNCHRONIZE = 10,
+    SIM_API_EVENT_SYNCHRONIZE = 11,
+    SIM_API_MEMCPY = 12,
+    SIM_API_MEMCPY_HTOD = 14,
+    SIM_API_MEMCPY_DTOH = 16,
+    SIM_API_MEMCPY_DTOD = 18,
+};
+struct simcuda_launch {
+    const char *name;
+    unsigned long long stream;
+    unsigned stream_id, device;
+    unsigned grid[3], block[3];
+};
+struct simcuda_callbacks {
+    void (*api_enter)(unsigned api, unsigned long long correlation, const struct simcuda_launch *l);
+    void (*api_exit)(unsigned api, unsigned long long correlation);
+    void (*kernel_done)(unsigned long long correlation, unsigned long long start_ns,
+                        unsigned long long end_ns, unsigned stream_id);
+};
+void simcuda_subscribe(const struct simcuda_callbacks *cb);
 #endif

@@ -14,8 +14,12 @@
  *     pass, so a test can never leave a process stuck forever.
  * Kernel durations: SIMCUDA_KERNEL_US (default 5); a name containing "long" runs
  * SIMCUDA_LONG_KERNEL_MS (default 3000) ms.
+ * Like the real driver, it loads CUDA_INJECTION64_PATH at initialisation and calls its
+ * InitializeInjection; the library may then subscribe (simcuda_subscribe) to the callbacks
+ * CUPTI would make: API enter/exit with correlation ids, kernel completions.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -43,7 +47,25 @@ struct sim_kernel {
 struct item {
     struct sim_kernel *k;
     uint64_t seq;
+    uint64_t correlation;
+    unsigned stream_id;
 };
+
+static const struct simcuda_callbacks *subscriber;
+static _Atomic uint64_t next_correlation = 1;
+
+EXPORT void simcuda_subscribe(const struct simcuda_callbacks *cb) { subscriber = cb; }
+
+static uint64_t api_enter(unsigned api, const struct simcuda_launch *l) {
+    if (!subscriber) return 0;
+    uint64_t c = atomic_fetch_add(&next_correlation, 1);
+    subscriber->api_enter(api, c, l);
+    return c;
+}
+
+static void api_exit(unsigned api, uint64_t c) {
+    if (subscriber) subscriber->api_exit(api, c);
+}
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
@@ -82,6 +104,7 @@ static void *gpu_main(void *arg) {
         while (count == 0) pthread_cond_wait(&work, &mu);
         struct item it = queue[head];
         pthread_mutex_unlock(&mu);
+        uint64_t started = now_ns();
         if (it.k->wedges) {
             uint64_t deadline = now_ns() + release_after_ns;
             while (!atomic_load(&released) && now_ns() < deadline) sleep_ns(1000000);
@@ -97,6 +120,8 @@ static void *gpu_main(void *arg) {
         count--;
         pthread_mutex_unlock(&mu);
         atomic_store(&completed_seq, it.seq);
+        if (subscriber && it.correlation)
+            subscriber->kernel_done(it.correlation, started, now_ns(), it.stream_id);
     }
     return NULL;
 }
@@ -110,23 +135,39 @@ static void start_gpu(void) {
     pthread_create(&t, NULL, gpu_main, NULL);
     pthread_setname_np(t, "sim-gpu");
     pthread_detach(t);
+    const char *inject = getenv("CUDA_INJECTION64_PATH");
+    if (inject && *inject) {
+        void *lib = dlopen(inject, RTLD_NOW | RTLD_LOCAL);
+        int (*init)(void) = lib ? (int (*)(void))dlsym(lib, "InitializeInjection") : NULL;
+        if (init) init();
+        else fprintf(stderr, "simcuda: cannot load %s: %s\n", inject, dlerror());
+    }
 }
 
-static uint64_t *stream_slot(CUstream s) {
+static unsigned stream_index(CUstream s) {
     uintptr_t key = (uintptr_t)s;
-    for (int i = 0; i < MAX_STREAMS; i++) {
+    for (unsigned i = 0; i < MAX_STREAMS; i++) {
         if (streams[i].stream == key || streams[i].last_seq == 0) {
             streams[i].stream = key;
-            return &streams[i].last_seq;
+            return i;
         }
     }
-    return &streams[MAX_STREAMS - 1].last_seq;
+    return MAX_STREAMS - 1;
 }
 
+static uint64_t *stream_slot(CUstream s) { return &streams[stream_index(s)].last_seq; }
+
 /* Enqueue; while the queue is full, spin on sched_yield as the real driver does. */
-static CUresult enqueue(struct sim_kernel *k, CUstream s) {
+static CUresult enqueue(unsigned api, struct sim_kernel *k, CUstream s, const unsigned grid[3],
+                        const unsigned block[3]) {
     if (!k) return CUDA_ERROR_INVALID_VALUE;
     pthread_once(&started, start_gpu);
+    pthread_mutex_lock(&mu);
+    unsigned sid = stream_index(s);
+    pthread_mutex_unlock(&mu);
+    struct simcuda_launch l = {k->name, (unsigned long long)(uintptr_t)s, sid, 0,
+                               {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}};
+    uint64_t corr = api_enter(api, &l);
     pthread_mutex_lock(&mu);
     while (count == QUEUE_CAP) {
         pthread_mutex_unlock(&mu);
@@ -134,20 +175,23 @@ static CUresult enqueue(struct sim_kernel *k, CUstream s) {
         pthread_mutex_lock(&mu);
     }
     uint64_t seq = next_seq++;
-    queue[(head + count) % QUEUE_CAP] = (struct item){k, seq};
+    queue[(head + count) % QUEUE_CAP] = (struct item){k, seq, corr, sid};
     count++;
     *stream_slot(s) = seq;
     pthread_cond_signal(&work);
     pthread_mutex_unlock(&mu);
+    api_exit(api, corr);
     return CUDA_SUCCESS;
 }
 
 /* Wait until `seq` completed: a busy spin without yields, or a sleep in blocking-sync mode. */
-static CUresult wait_for(uint64_t seq) {
+static CUresult wait_for(unsigned api, uint64_t seq) {
+    uint64_t corr = api_enter(api, NULL);
     while (atomic_load(&completed_seq) < seq) {
         if (blocking_sync) sleep_ns(1000000);
         else __builtin_ia32_pause();
     }
+    api_exit(api, corr);
     return CUDA_SUCCESS;
 }
 
@@ -187,45 +231,57 @@ EXPORT CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) {
 }
 EXPORT CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) { *f = k; return 0; }
 
+#define DIMS(a, b, c) ((const unsigned[3]){a, b, c})
+
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, unsigned shmem, CUstream s,
                                void **params, void **extra) {
-    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
-    return enqueue(f, s);
+    (void)shmem; (void)params; (void)extra;
+    return enqueue(SIM_API_LAUNCH_KERNEL, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
 EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                     unsigned by, unsigned bz, unsigned shmem, CUstream s,
                                     void **params, void **extra) {
-    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
-    return enqueue(f, s);
+    (void)shmem; (void)params; (void)extra;
+    return enqueue(SIM_API_LAUNCH_KERNEL + 1, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
 EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
     (void)params; (void)extra;
-    return c ? enqueue(f, c->hStream) : CUDA_ERROR_INVALID_VALUE;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    return enqueue(SIM_API_LAUNCH_KERNEL_EX, f, c->hStream, DIMS(c->gridDimX, c->gridDimY, c->gridDimZ),
+                   DIMS(c->blockDimX, c->blockDimY, c->blockDimZ));
 }
 EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
     (void)params; (void)extra;
-    return c ? enqueue(f, c->hStream) : CUDA_ERROR_INVALID_VALUE;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    return enqueue(SIM_API_LAUNCH_KERNEL_EX + 1, f, c->hStream, DIMS(c->gridDimX, c->gridDimY, c->gridDimZ),
+                   DIMS(c->blockDimX, c->blockDimY, c->blockDimZ));
 }
 EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                           unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                           CUstream s, void **params) {
-    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params;
-    return enqueue(f, s);
+    (void)shmem; (void)params;
+    return enqueue(SIM_API_LAUNCH_COOPERATIVE, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
-EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { (void)g; return enqueue(&graph_kernel, s); }
-EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { (void)g; return enqueue(&graph_kernel, s); }
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+    (void)g;
+    return enqueue(SIM_API_GRAPH_LAUNCH, &graph_kernel, s, DIMS(1, 1, 1), DIMS(1, 1, 1));
+}
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+    (void)g;
+    return enqueue(SIM_API_GRAPH_LAUNCH + 1, &graph_kernel, s, DIMS(1, 1, 1), DIMS(1, 1, 1));
+}
 
-EXPORT CUresult cuStreamSynchronize(CUstream s) { return wait_for(last_launched(s)); }
-EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { return wait_for(last_launched(s)); }
-EXPORT CUresult cuCtxSynchronize(void) { return wait_for(last_launched((CUstream)-1)); }
-EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return wait_for(last_launched((CUstream)-1)); }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE, last_launched(s)); }
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE + 1, last_launched(s)); }
+EXPORT CUresult cuCtxSynchronize(void) { return wait_for(SIM_API_CTX_SYNCHRONIZE, last_launched((CUstream)-1)); }
+EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return wait_for(SIM_API_EVENT_SYNCHRONIZE, last_launched((CUstream)-1)); }
 
 /* Synchronous copies wait for all prior work (legacy default stream semantics). */
-EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(last_launched((CUstream)-1)); }
-EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { (void)d; (void)s; (void)n; return wait_for(last_launched((CUstream)-1)); }
-EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(last_launched((CUstream)-1)); }
-EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(last_launched((CUstream)-1)); }
+EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(SIM_API_MEMCPY, last_launched((CUstream)-1)); }
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { (void)d; (void)s; (void)n; return wait_for(SIM_API_MEMCPY_HTOD, last_launched((CUstream)-1)); }
+EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(SIM_API_MEMCPY_DTOH, last_launched((CUstream)-1)); }
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(SIM_API_MEMCPY_DTOD, last_launched((CUstream)-1)); }
 
 /* Test controls (not part of the CUDA API). */
 EXPORT void simcuda_release(void) { atomic_store(&released, 1); }

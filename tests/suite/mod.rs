@@ -4,6 +4,7 @@
 mod bad_input;
 mod lifecycle;
 mod report;
+mod shim;
 mod watch;
 
 use std::{
@@ -79,7 +80,20 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A killed worker cannot remove its shim journal at exit.
+        let _ = std::fs::remove_file(format!("/dev/shm/wedgeprobe-{}.journal", self.child.id()));
     }
+}
+
+/// The shim `cargo xtask test` builds next to the wedgeprobe binary.
+pub fn shim_path() -> String {
+    let p = wedgeprobe_bin().with_file_name("libcupti_shim.so");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask test` (it builds it first)",
+        p.display()
+    );
+    p.display().to_string()
 }
 
 pub fn wedgeprobe(args: &[&str]) -> Output {

@@ -62,6 +62,13 @@ pub fn build_wedgeprobe(release: bool) -> anyhow::Result<std::path::PathBuf> {
         cmd.arg("--release");
     }
     run(&mut cmd)?;
+    // The shim goes next to the binary: `wedgeprobe shim-path` finds it there.
+    let mut shim = cargo();
+    shim.args(["build", "--quiet", "-p", "cupti-shim"]);
+    if release {
+        shim.arg("--release");
+    }
+    run(&mut shim)?;
     let dir = if release { "release" } else { "debug" };
     Ok(workspace_root().join("target").join(dir).join("wedgeprobe"))
 }

@@ -1,0 +1,134 @@
+//! What the shim does when the driver calls it back: per-thread "inside API X since T", launches
+//! into the in-flight table, completions out of it. One `Recorder` per process, reached
+//! through a `OnceLock`; the backends (CUPTI, or the simulated driver in tests) call these
+//! functions from their callbacks.
+//!
+//! Hot path rules: no allocation (the thread's slot index is cached in a const-initialised
+//! thread-local), no locks, no panics (callers at the FFI boundary also catch unwinds).
+
+use std::{cell::Cell, sync::OnceLock};
+
+use probe_common::journal::{Layout, STATE_OFF};
+
+use crate::{
+    journal::{Completion, Launch, Writer},
+    shm::SharedFile,
+};
+
+pub struct Recorder {
+    writer: Writer,
+    // Keeps the mapping alive for `writer`; dropped never (the process owns it until exit).
+    _file: SharedFile,
+}
+
+static RECORDER: OnceLock<Recorder> = OnceLock::new();
+
+thread_local! {
+    /// This thread's journal slot; u32::MAX = not claimed yet, u32::MAX - 1 = none left.
+    static SLOT: Cell<u32> = const { Cell::new(u32::MAX) };
+}
+
+pub fn monotonic_ns() -> u64 {
+    clock(libc::CLOCK_MONOTONIC)
+}
+
+fn clock(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer and a clock that exists on Linux.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// Creates the process's journal; `Err` (with the reason) turns the shim off.
+pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
+    if let Some(r) = RECORDER.get() {
+        return Ok(r);
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let file = SharedFile::create(pid, layout.total_size() as usize)?;
+    // The clock pair is taken back to back, so other nodes' journals can be aligned.
+    let (mono, real) = (clock(libc::CLOCK_MONOTONIC), clock(libc::CLOCK_REALTIME));
+    // SAFETY: the mapping is page-aligned, zero-filled, total_size long, and lives in the
+    // same Recorder as the writer.
+    let writer = unsafe { Writer::create(file.base(), layout, pid, mono, real) };
+    let rec = RECORDER.get_or_init(|| Recorder {
+        writer,
+        _file: file,
+    });
+    // The recorder is never dropped (callbacks may run until the very end), so the file is
+    // removed at exit instead; after a SIGKILL it stays until wedgeprobe or the next process
+    // with the same pid removes it.
+    // SAFETY: registering a plain extern "C" fn.
+    unsafe { libc::atexit(remove_at_exit) };
+    Ok(rec)
+}
+
+extern "C" fn remove_at_exit() {
+    if let Some(rec) = RECORDER.get() {
+        rec.writer.set_state(STATE_OFF);
+        rec._file.unlink();
+    }
+}
+
+pub fn get() -> Option<&'static Recorder> {
+    RECORDER.get()
+}
+
+impl Recorder {
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    fn slot(&self) -> Option<u32> {
+        SLOT.with(|s| match s.get() {
+            u32::MAX => {
+                let slot = self.writer.thread_slot(gettid()).unwrap_or(u32::MAX - 1);
+                s.set(slot);
+                (slot != u32::MAX - 1).then_some(slot)
+            }
+            v if v == u32::MAX - 1 => None,
+            v => Some(v),
+        })
+    }
+
+    /// The calling thread enters a driver/runtime API call (`probe_common::api` id).
+    pub fn api_enter(&self, api: u32, correlation: u64, now_ns: u64) {
+        if let Some(slot) = self.slot() {
+            self.writer.enter(slot, api, correlation, now_ns);
+        }
+    }
+
+    pub fn api_exit(&self) {
+        if let Some(slot) = self.slot() {
+            self.writer.exit(slot);
+        }
+    }
+
+    /// A kernel launch; `name` is the mangled kernel name as the callback gives it.
+    pub fn launch(&self, name: &[u8], mut launch: Launch) {
+        launch.name_id = self.writer.intern(name);
+        launch.tid = gettid();
+        self.writer.launch(&launch);
+    }
+
+    pub fn complete(&self, completion: &Completion) {
+        self.writer.complete(completion);
+    }
+
+    pub fn heartbeat(&self) {
+        self.writer.heartbeat(monotonic_ns());
+    }
+
+    pub fn turn_off(&self) {
+        self.writer.set_state(STATE_OFF);
+    }
+}

@@ -1,0 +1,118 @@
+//! The simulated driver as a backend (tests/simcuda): it calls the shim back at the moments
+//! CUPTI would — API enter and exit with a correlation id, and a kernel's completion with its
+//! GPU start and end — so CI drives the journal-writing core for real without a GPU.
+//!
+//! The simulated libcuda exports `simcuda_subscribe`; on a real driver that symbol does not
+//! exist and this backend is not used. The structs mirror `tests/simcuda/cuda_sim.h`.
+
+use std::{
+    ffi::{c_char, c_void},
+    panic::{AssertUnwindSafe, catch_unwind},
+};
+
+use crate::{
+    journal::{Completion, Launch},
+    recorder::{self, monotonic_ns},
+};
+
+#[repr(C)]
+pub struct SimLaunch {
+    pub name: *const c_char,
+    pub stream: u64,
+    pub stream_id: u32,
+    pub device: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+}
+
+#[repr(C)]
+pub struct SimCallbacks {
+    pub api_enter: extern "C" fn(api: u32, correlation: u64, launch: *const SimLaunch),
+    pub api_exit: extern "C" fn(api: u32, correlation: u64),
+    pub kernel_done: extern "C" fn(correlation: u64, start_ns: u64, end_ns: u64, stream_id: u32),
+}
+
+static CALLBACKS: SimCallbacks = SimCallbacks {
+    api_enter,
+    api_exit,
+    kernel_done,
+};
+
+/// Subscribes to the simulated driver if this process runs on it.
+pub fn attach() -> bool {
+    const SYMBOL: &[u8] = b"simcuda_subscribe\0";
+    // SAFETY: a NUL-terminated symbol name; RTLD_DEFAULT searches the loaded objects.
+    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, SYMBOL.as_ptr().cast()) };
+    if sym.is_null() {
+        return false;
+    }
+    // SAFETY: the simulated driver defines `void simcuda_subscribe(const SimCallbacks*)`.
+    let subscribe: extern "C" fn(*const SimCallbacks) =
+        unsafe { std::mem::transmute::<*mut c_void, _>(sym) };
+    subscribe(&CALLBACKS);
+    true
+}
+
+/// Runs a callback body; a panic is swallowed (it must not unwind into the driver).
+fn guarded(f: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(f));
+}
+
+extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
+    guarded(|| {
+        let Some(rec) = recorder::get() else { return };
+        let now = monotonic_ns();
+        rec.api_enter(api, correlation, now);
+        // SAFETY: the driver passes a valid SimLaunch for launches, null otherwise.
+        let Some(l) = (unsafe { launch.as_ref() }) else {
+            return;
+        };
+        let name: &[u8] = if l.name.is_null() {
+            b""
+        } else {
+            // SAFETY: a NUL-terminated name owned by the driver for the call's duration;
+            // strnlen bounds the read.
+            unsafe {
+                let n = libc::strnlen(l.name, 4096);
+                std::slice::from_raw_parts(l.name.cast::<u8>(), n)
+            }
+        };
+        rec.launch(
+            name,
+            Launch {
+                correlation,
+                launch_ns: now,
+                stream: l.stream,
+                stream_id: l.stream_id,
+                device: l.device,
+                api,
+                grid: l.grid,
+                block: l.block,
+                cluster: [1, 1, 1],
+                ..Launch::default()
+            },
+        );
+    });
+}
+
+extern "C" fn api_exit(_api: u32, _correlation: u64) {
+    guarded(|| {
+        if let Some(rec) = recorder::get() {
+            rec.api_exit();
+        }
+    });
+}
+
+extern "C" fn kernel_done(correlation: u64, start_ns: u64, end_ns: u64, stream_id: u32) {
+    guarded(|| {
+        if let Some(rec) = recorder::get() {
+            rec.complete(&Completion {
+                correlation,
+                start_ns,
+                end_ns,
+                stream_id,
+                device: 0,
+            });
+        }
+    });
+}

@@ -1,0 +1,130 @@
+//! The shim in a process on the simulated driver, which calls it back where CUPTI would: its
+//! journal names the stuck kernel, and a bad or absent journal leaves eBPF working alone.
+
+use std::thread::sleep;
+
+use super::{Worker, report_json, require_root, secs, shim_path, thread, wedgeprobe};
+
+#[test]
+fn the_journal_names_the_stuck_kernel_and_the_queue_behind_it() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "10", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    sleep(secs(1.5));
+    let r = report_json(&["--pid", &w.pid_arg()]);
+    assert_eq!(r["mode"], "journal+ebpf");
+    assert_eq!(
+        r["targets"][0]["journal"]["status"], "recording",
+        "{}",
+        r["targets"][0]
+    );
+    let head = &r["kernels"][0];
+    assert_eq!(head["kernel"], "_Z17attn_wedge_kernelP7barrierPf", "{head}");
+    assert_eq!(head["grid"], serde_json::json!([132, 2, 1]));
+    assert!(head["queued_behind"].as_u64().unwrap() >= 1000, "{head}");
+    assert!(head["running_ms"].as_f64().unwrap() >= 1000.0, "{head}");
+    assert_eq!(head["pid"].as_u64(), Some(w.pid() as u64));
+    assert!(thread(&r, "launcher").is_some());
+    let summary = r["verdict"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("_Z17attn_wedge_kernelP7barrierPf"),
+        "{summary}"
+    );
+    for (k, v) in r["targets"][0]["journal"]["drops"].as_object().unwrap() {
+        assert_eq!(v, 0, "shim dropped {k}");
+    }
+}
+
+#[test]
+fn a_healthy_process_with_the_shim_has_no_stuck_kernel() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["healthy", "8"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_LONG_KERNEL_MS", "50"),
+        ],
+    );
+    sleep(secs(0.5));
+    let r = report_json(&["--pid", &w.pid_arg(), "--window", "2s"]);
+    assert_eq!(r["mode"], "journal+ebpf");
+    assert_eq!(r["verdict"]["kind"], "healthy");
+    let completions = r["targets"][0]["journal"]["completions_seen"]
+        .as_u64()
+        .unwrap();
+    assert!(completions > 100, "{}", r["targets"][0]["journal"]);
+    for k in r["kernels"].as_array().unwrap() {
+        assert!(k["running_ms"].as_f64().unwrap() < 1000.0, "{k}");
+    }
+}
+
+#[test]
+fn the_shim_can_be_turned_off() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "8", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("WEDGEPROBE_SHIM", "off"),
+            ("SIMCUDA_RELEASE_AFTER_S", "6"),
+        ],
+    );
+    sleep(secs(1.5));
+    let r = report_json(&["--pid", &w.pid_arg()]);
+    assert_eq!(r["mode"], "ebpf-only");
+    assert!(r["targets"][0]["journal"].is_null());
+    assert_eq!(r["verdict"]["kind"], "launch_queue_full");
+}
+
+/// A journal whose header was overwritten is rejected with its reason; eBPF carries on.
+#[test]
+fn a_corrupt_journal_is_rejected_not_trusted() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "8", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "6"),
+        ],
+    );
+    sleep(secs(0.5));
+    let path = format!("/dev/shm/wedgeprobe-{}.journal", w.pid());
+    // Overwrite the magic in place (truncating the file would SIGBUS the writer, as it would
+    // any process whose shared mapping is cut short: the file is owner-only for that reason).
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("the shim made its journal");
+    std::io::Write::write_all(&mut f, b"garbage!").unwrap();
+    drop(f);
+    sleep(secs(1.0));
+    let out = wedgeprobe(&["report", "--json", "--pid", &w.pid_arg()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("panicked"));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["mode"], "ebpf-only");
+    let status = r["targets"][0]["journal"]["status"].as_str().unwrap();
+    assert!(status.starts_with("rejected:"), "{status}");
+    assert_eq!(r["verdict"]["kind"], "launch_queue_full");
+}
+
+#[test]
+fn shim_path_points_at_the_library() {
+    let out = wedgeprobe(&["shim-path"]);
+    assert!(out.status.success());
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        path.ends_with("libcupti_shim.so") && std::path::Path::new(&path).exists(),
+        "{path}"
+    );
+}
