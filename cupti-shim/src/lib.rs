@@ -7,9 +7,10 @@
 //! one line on stderr (`wedgeprobe shim: …; shim off`) and the process runs on untouched.
 //! Thread safety: callbacks come from any thread; the journal writer is lock-free.
 //!
-//! Backends: the simulated driver (tests/simcuda) today; the CUPTI backend is the next step
-//! of issue 3. `WEDGEPROBE_SHIM=off` disables the shim.
+//! Backends: CUPTI (launch callbacks + CONCURRENT_KERNEL activity), or the simulated driver
+//! (tests/simcuda) when the process runs on it. `WEDGEPROBE_SHIM=off` disables the shim.
 
+pub mod cupti_backend;
 pub mod journal;
 pub mod recorder;
 pub mod shm;
@@ -43,8 +44,7 @@ fn init() -> Result<(), String> {
     let rec = recorder::start(Layout::DEFAULT)
         .map_err(|e| format!("cannot create its journal in {}: {e}", shm::DIR))?;
     if !sim_backend::attach() {
-        rec.turn_off();
-        return Err("no CUPTI backend in this build yet".into());
+        return cupti_backend::attach().inspect_err(|_| rec.turn_off());
     }
     std::thread::Builder::new()
         .name("wedgeprobe-hb".into())

@@ -2,6 +2,7 @@
 //! `demo` (the README's first command), `test` (the second), `bench`.
 
 mod bench;
+mod codegen;
 mod demo;
 
 use std::process::Command;
@@ -24,6 +25,8 @@ enum Task {
     Test,
     /// Launches per second with and without wedgeprobe attached, on the simulated driver.
     Bench(bench::Args),
+    /// Regenerate cupti-sys/src/bindings.rs from the pinned CUPTI headers (needs pip, libclang).
+    Codegen,
 }
 
 fn main() {
@@ -32,6 +35,7 @@ fn main() {
         Task::Demo => demo::run_demo(),
         Task::Test => test(),
         Task::Bench(args) => bench::run(&args),
+        Task::Codegen => codegen::run_codegen(),
     };
     if let Err(e) = result {
         eprintln!("xtask: {e:#}");

@@ -1,0 +1,328 @@
+//! The real backend: CUPTI launch callbacks (driver domain only — runtime launches fire the
+//! driver callback too, so nothing is counted twice) and CONCURRENT_KERNEL activity records
+//! for completions, timestamped on CLOCK_MONOTONIC through CUPTI's timestamp callback.
+//!
+//! Costs (notes/gpu-machine.md): driver-domain launch callbacks measured +298 ns per launch,
+//! CONCURRENT_KERNEL +920 ns; to be measured for this shim (issue 3's benchmark).
+//! A flush withholds a buffer that holds an incomplete record: one stuck kernel can hold back
+//! other kernels' completions in the same buffer — the verdict must not trust a stream's
+//! missing completions alone (issue 3, not handled yet).
+
+#![allow(
+    non_upper_case_globals,
+    reason = "CUPTI's constant names in match patterns"
+)]
+
+use std::{
+    ffi::{CStr, c_void},
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::OnceLock,
+    time::Duration,
+};
+
+use cupti_sys::*;
+use probe_common::{api, journal::drops};
+
+use crate::{
+    journal::{Completion, Launch},
+    recorder::{self, monotonic_ns},
+};
+
+static CUPTI: OnceLock<Cupti> = OnceLock::new();
+
+/// Driver callback ids traced, with their `probe_common::api` ids.
+const CBIDS: &[(u32, &str)] = &[
+    (CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel"),
+    (
+        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+        "cuLaunchKernel_ptsz",
+    ),
+    (CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, "cuLaunchKernelEx"),
+    (
+        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+        "cuLaunchKernelEx_ptsz",
+    ),
+    (
+        CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+        "cuLaunchCooperativeKernel",
+    ),
+    (
+        CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+        "cuLaunchCooperativeKernel_ptsz",
+    ),
+    (CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, "cuGraphLaunch"),
+    (
+        CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+        "cuGraphLaunch_ptsz",
+    ),
+    (
+        CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,
+        "cuStreamSynchronize",
+    ),
+    (
+        CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz,
+        "cuStreamSynchronize_ptsz",
+    ),
+    (CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize, "cuCtxSynchronize"),
+    (
+        CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
+        "cuEventSynchronize",
+    ),
+    (CUPTI_DRIVER_TRACE_CBID_cuMemcpy, "cuMemcpy"),
+    (CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2"),
+    (CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, "cuMemcpyDtoH_v2"),
+    (CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2, "cuMemcpyDtoD_v2"),
+];
+
+/// Activity buffers: 1 MiB each (CUPTI's samples use 8–32 MiB; smaller buffers are handed back
+/// sooner, so a stuck kernel's open buffer hides fewer completions).
+const BUFFER_BYTES: usize = 1 << 20;
+
+fn check(what: &str, r: CUptiResult) -> Result<(), String> {
+    if r == CUPTI_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed (CUPTI error {r})"))
+    }
+}
+
+/// Loads libcupti and subscribes; `Err` turns the shim off.
+pub fn attach() -> Result<(), String> {
+    let cupti = cupti_sys::load().map_err(|e| e.to_string())?;
+    let c = CUPTI.get_or_init(|| cupti);
+    // SAFETY: documented CUPTI calls with valid arguments; the callbacks are extern "C" fns
+    // that live for the whole process.
+    unsafe {
+        check(
+            "cuptiActivityRegisterTimestampCallback",
+            (c.cuptiActivityRegisterTimestampCallback)(Some(timestamp)),
+        )?;
+        let mut sub: CUpti_SubscriberHandle = std::ptr::null_mut();
+        check(
+            "cuptiSubscribe",
+            (c.cuptiSubscribe)(&mut sub, Some(on_api), std::ptr::null_mut()),
+        )?;
+        for &(cbid, _) in CBIDS {
+            check(
+                "cuptiEnableCallback",
+                (c.cuptiEnableCallback)(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, cbid),
+            )?;
+        }
+        check(
+            "cuptiActivityRegisterCallbacks",
+            (c.cuptiActivityRegisterCallbacks)(Some(buffer_requested), Some(buffer_completed)),
+        )?;
+        check(
+            "cuptiActivityEnable",
+            (c.cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+        )?;
+    }
+    std::thread::Builder::new()
+        .name("wedgeprobe-flush".into())
+        .spawn(|| {
+            loop {
+                std::thread::sleep(Duration::from_millis(100));
+                if let Some(c) = CUPTI.get() {
+                    // SAFETY: flushes completed buffers to buffer_completed.
+                    unsafe { (c.cuptiActivityFlushAll)(0) };
+                }
+                if let Some(rec) = recorder::get() {
+                    rec.heartbeat();
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start its flush thread: {e}"))?;
+    Ok(())
+}
+
+extern "C" fn timestamp() -> u64 {
+    monotonic_ns()
+}
+
+fn api_of(cbid: u32) -> Option<u32> {
+    CBIDS
+        .iter()
+        .find(|(c, _)| *c == cbid)
+        .and_then(|(_, name)| api::id_of(name))
+}
+
+unsafe extern "C" fn on_api(
+    _user: *mut c_void,
+    domain: CUpti_CallbackDomain,
+    cbid: CUpti_CallbackId,
+    data: *const c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if domain != CUPTI_CB_DOMAIN_DRIVER_API {
+            return;
+        }
+        let (Some(rec), Some(api)) = (recorder::get(), api_of(cbid)) else {
+            return;
+        };
+        // SAFETY: CUPTI passes a CUpti_CallbackData for the driver domain, valid during the call.
+        let Some(d) = (unsafe { data.cast::<CUpti_CallbackData>().as_ref() }) else {
+            return;
+        };
+        if d.callbackSite == CUPTI_API_EXIT {
+            rec.api_exit();
+            return;
+        }
+        let now = monotonic_ns();
+        let correlation = d.correlationId as u64;
+        rec.api_enter(api, correlation, now);
+        // SAFETY: the params struct matches the cbid (generated_cuda_meta.h); read in the call.
+        let launch = unsafe { launch_params(cbid, d.functionParams) };
+        let Some((stream, grid, block, cluster)) = launch else {
+            return;
+        };
+        let name: &[u8] = if d.symbolName.is_null() {
+            b"(graph launch)"
+        } else {
+            // SAFETY: a NUL-terminated string valid during the callback.
+            unsafe { CStr::from_ptr(d.symbolName) }.to_bytes()
+        };
+        let per_thread = u8::from(api::name(api).ends_with("_ptsz"));
+        let mut stream_id = 0u32;
+        if let Some(c) = CUPTI.get() {
+            // SAFETY: the callback's context and the launch's stream.
+            unsafe { (c.cuptiGetStreamIdEx)(d.context, stream, per_thread, &mut stream_id) };
+        }
+        rec.launch(
+            name,
+            Launch {
+                correlation,
+                launch_ns: now,
+                stream: stream as u64,
+                stream_id,
+                api,
+                grid,
+                block,
+                cluster,
+                ..Launch::default()
+            },
+        );
+    }));
+}
+
+/// (stream, grid, block, cluster) of a launch's parameters; `None` for non-launches.
+unsafe fn launch_params(
+    cbid: u32,
+    params: *const c_void,
+) -> Option<(CUstream, [u32; 3], [u32; 3], [u32; 3])> {
+    if params.is_null() {
+        return None;
+    }
+    // SAFETY: each arm casts to the params struct CUPTI documents for that cbid.
+    unsafe {
+        match cbid {
+            CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel
+            | CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz => {
+                let p = &*params.cast::<cuLaunchKernel_params_st>();
+                Some((
+                    p.hStream,
+                    [p.gridDimX, p.gridDimY, p.gridDimZ],
+                    [p.blockDimX, p.blockDimY, p.blockDimZ],
+                    [1, 1, 1],
+                ))
+            }
+            CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel
+            | CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz => {
+                let p = &*params.cast::<cuLaunchCooperativeKernel_params_st>();
+                Some((
+                    p.hStream,
+                    [p.gridDimX, p.gridDimY, p.gridDimZ],
+                    [p.blockDimX, p.blockDimY, p.blockDimZ],
+                    [1, 1, 1],
+                ))
+            }
+            CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx
+            | CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz => {
+                let p = &*params.cast::<cuLaunchKernelEx_params_st>();
+                let c = p.config.as_ref()?;
+                Some((
+                    c.hStream,
+                    [c.gridDimX, c.gridDimY, c.gridDimZ],
+                    [c.blockDimX, c.blockDimY, c.blockDimZ],
+                    [1, 1, 1],
+                ))
+            }
+            CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch | CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz => {
+                let p = &*params.cast::<cuGraphLaunch_params_st>();
+                Some((p.hStream, [0; 3], [0; 3], [0; 3]))
+            }
+            _ => None,
+        }
+    }
+}
+
+unsafe extern "C" fn buffer_requested(
+    buffer: *mut *mut u8,
+    size: *mut usize,
+    max_records: *mut usize,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // Activity buffers come from CUPTI's own thread, not from a launch: allocating here is
+        // off the launch path.
+        let layout = std::alloc::Layout::from_size_align(BUFFER_BYTES, 8).ok();
+        // SAFETY: a non-zero layout; a null result is passed on (CUPTI then drops records and
+        // counts them).
+        let p = layout.map_or(std::ptr::null_mut(), |l| unsafe { std::alloc::alloc(l) });
+        // SAFETY: CUPTI's out-pointers.
+        unsafe {
+            *buffer = p;
+            *size = if p.is_null() { 0 } else { BUFFER_BYTES };
+            *max_records = 0;
+        }
+    }));
+}
+
+unsafe extern "C" fn buffer_completed(
+    ctx: CUcontext,
+    stream_id: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
+            return;
+        };
+        let mut record: *mut CUpti_Activity = std::ptr::null_mut();
+        loop {
+            // SAFETY: iterating a buffer CUPTI handed back.
+            let r = unsafe { (c.cuptiActivityGetNextRecord)(buffer, valid, &mut record) };
+            if r != CUPTI_SUCCESS || record.is_null() {
+                break;
+            }
+            // SAFETY: every record starts with its kind.
+            if unsafe { (*record).kind } != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL {
+                continue;
+            }
+            // SAFETY: a kernel record; Kernel9's leading fields are the common prefix of the
+            // kernel records of CUPTI 12.x and 13.x.
+            let k = unsafe { &*record.cast::<CUpti_ActivityKernel9>() };
+            if k.end == 0 {
+                continue; // a forced flush of a kernel that never completed: not a completion
+            }
+            rec.complete(&Completion {
+                correlation: k.correlationId as u64,
+                start_ns: k.start,
+                end_ns: k.end,
+                stream_id: k.streamId,
+                device: k.deviceId,
+            });
+        }
+        let mut dropped = 0usize;
+        // SAFETY: the buffer's context and stream as CUPTI passed them.
+        unsafe { (c.cuptiActivityGetNumDroppedRecords)(ctx, stream_id, &mut dropped) };
+        for _ in 0..dropped.min(1 << 20) {
+            rec.writer().count_drop(drops::ACTIVITY_DROPPED);
+        }
+        if !buffer.is_null()
+            && let Ok(l) = std::alloc::Layout::from_size_align(BUFFER_BYTES, 8)
+        {
+            // SAFETY: allocated in buffer_requested with this layout.
+            unsafe { std::alloc::dealloc(buffer, l) };
+        }
+    }));
+}
