@@ -21,7 +21,10 @@ use std::{
 };
 
 use cupti_sys::*;
-use probe_common::{api, journal::drops};
+use probe_common::{
+    api,
+    journal::{ALL_STREAMS, drops},
+};
 
 use crate::{
     journal::{Completion, Launch},
@@ -74,6 +77,11 @@ const CBIDS: &[(u32, &str)] = &[
     (CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2, "cuMemcpyDtoD_v2"),
 ];
 
+/// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED` (cupti_activity.h).
+const FLUSH_FORCED: u32 = 1;
+const FORCE_AFTER_NS: u64 = 500_000_000;
+const FORCE_EVERY_NS: u64 = 2_000_000_000;
+
 /// Activity buffers: 1 MiB each (CUPTI's samples use 8–32 MiB; smaller buffers are handed back
 /// sooner, so a stuck kernel's open buffer hides fewer completions).
 const BUFFER_BYTES: usize = 1 << 20;
@@ -120,15 +128,29 @@ pub fn attach() -> Result<(), String> {
     std::thread::Builder::new()
         .name("wedgeprobe-flush".into())
         .spawn(|| {
+            let mut last_forced = 0u64;
             loop {
                 std::thread::sleep(Duration::from_millis(100));
-                if let Some(c) = CUPTI.get() {
-                    // SAFETY: flushes completed buffers to buffer_completed.
-                    unsafe { (c.cuptiActivityFlushAll)(0) };
+                let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
+                    continue;
+                };
+                // A default flush withholds any buffer holding an unfinished record, so one
+                // stuck kernel hides the completions recorded next to it. When a thread has
+                // waited in the driver for FORCE_AFTER_NS, force the buffers out (at most every
+                // FORCE_EVERY_NS): unfinished records come back with end = 0 and are skipped;
+                // the launches they belong to are retired later by their stream's next
+                // completion or synchronize (RECORD_SYNCED).
+                let now = monotonic_ns();
+                let oldest = rec.writer().oldest_call_since();
+                let force = oldest != 0
+                    && now.saturating_sub(oldest) >= FORCE_AFTER_NS
+                    && now.saturating_sub(last_forced) >= FORCE_EVERY_NS;
+                if force {
+                    last_forced = now;
                 }
-                if let Some(rec) = recorder::get() {
-                    rec.heartbeat();
-                }
+                // SAFETY: hands finished (or, forced, all) buffers to buffer_completed.
+                unsafe { (c.cuptiActivityFlushAll)(if force { FLUSH_FORCED } else { 0 }) };
+                rec.heartbeat();
             }
         })
         .map_err(|e| format!("cannot start its flush thread: {e}"))?;
@@ -165,6 +187,15 @@ unsafe extern "C" fn on_api(
         };
         if d.callbackSite == CUPTI_API_EXIT {
             rec.api_exit();
+            // SAFETY: for the driver domain the return value is a CUresult.
+            let ok =
+                unsafe { d.functionReturnValue.cast::<u32>().as_ref() }.is_some_and(|r| *r == 0);
+            if ok {
+                // SAFETY: the params struct matches the cbid.
+                if let Some(stream) = unsafe { synced_stream(cbid, d.functionParams) } {
+                    rec.synced(d.correlationId as u64, stream);
+                }
+            }
             return;
         }
         let now = monotonic_ns();
@@ -202,6 +233,20 @@ unsafe extern "C" fn on_api(
             },
         );
     }));
+}
+
+/// The stream a returning synchronize has drained (`ALL_STREAMS` for the context).
+unsafe fn synced_stream(cbid: u32, params: *const c_void) -> Option<u64> {
+    match cbid {
+        CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize => Some(ALL_STREAMS),
+        CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize
+        | CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz => {
+            // SAFETY: cuStreamSynchronize's params, valid during the callback.
+            let p = unsafe { params.cast::<cuStreamSynchronize_params_st>().as_ref() }?;
+            Some(p.hStream as u64)
+        }
+        _ => None,
+    }
 }
 
 /// (stream, grid, block, cluster) of a launch's parameters; `None` for non-launches.

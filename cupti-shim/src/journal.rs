@@ -14,7 +14,7 @@ use core::{
 
 use probe_common::journal::{
     Header, InflightSlot, Layout, NAME_BYTES, NameSlot, RECORD_KERNEL_DONE, RECORD_LAUNCH,
-    RingRecord, ThreadSlot, drops, name_hash,
+    RECORD_SYNCED, RingRecord, ThreadSlot, drops, name_hash,
 };
 
 /// Slots probed from a key's home position before giving up (in-flight table and names):
@@ -294,6 +294,37 @@ impl Writer {
             tid,
             api,
         );
+    }
+
+    /// A synchronize returned: see `probe_common::journal::RECORD_SYNCED`.
+    pub fn synced(&self, correlation: u64, stream: u64, now_ns: u64) {
+        self.ring_push(
+            RECORD_SYNCED,
+            correlation,
+            0,
+            now_ns,
+            now_ns,
+            stream,
+            0,
+            0,
+            0,
+            0,
+        );
+    }
+
+    /// The earliest `since_ns` of the threads inside a call now (0 if none): the flush thread
+    /// uses it to notice a wait that may be held up by a withheld activity buffer.
+    pub fn oldest_call_since(&self) -> u64 {
+        let mut oldest = 0;
+        for i in 0..self.layout.threads_cap {
+            let since = self
+                .word(self.thread_off(i) + offset_of!(ThreadSlot, since_ns) as u64)
+                .load(Relaxed);
+            if since != 0 && (oldest == 0 || since < oldest) {
+                oldest = since;
+            }
+        }
+        oldest
     }
 
     // ---- ring ----

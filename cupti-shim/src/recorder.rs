@@ -120,6 +120,11 @@ impl Recorder {
         self.writer.launch(&launch);
     }
 
+    /// A synchronize of `stream` (or `ALL_STREAMS`) returned successfully.
+    pub fn synced(&self, correlation: u64, stream: u64) {
+        self.writer.synced(correlation, stream, monotonic_ns());
+    }
+
     pub fn complete(&self, completion: &Completion) {
         self.writer.complete(completion);
     }

@@ -127,6 +127,12 @@ pub struct InflightSlot {
 /// `RingRecord::kind`.
 pub const RECORD_LAUNCH: u32 = 1;
 pub const RECORD_KERNEL_DONE: u32 = 2;
+/// A synchronize returned successfully: every kernel launched before it (a smaller
+/// correlation id) on `stream` — on every stream when `stream` is [`ALL_STREAMS`] — has
+/// completed. Retires launches whose completion record CUPTI never delivered (a forced flush
+/// hands back a still-running kernel's record unfinished, and never again).
+pub const RECORD_SYNCED: u32 = 3;
+pub const ALL_STREAMS: u64 = u64::MAX;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
