@@ -203,7 +203,12 @@ unsafe extern "C" fn on_api(
         rec.api_enter(api, correlation, now);
         // SAFETY: the params struct matches the cbid (generated_cuda_meta.h); read in the call.
         let launch = unsafe { launch_params(cbid, d.functionParams) };
-        let Some((stream, grid, block, cluster)) = launch else {
+        let Some(LaunchShape {
+            stream,
+            grid,
+            block,
+        }) = launch
+        else {
             return;
         };
         let name: &[u8] = if d.symbolName.is_null() {
@@ -228,7 +233,7 @@ unsafe extern "C" fn on_api(
                 api,
                 grid,
                 block,
-                cluster,
+                cluster: [1, 1, 1],
                 ..Launch::default()
             },
         );
@@ -249,11 +254,15 @@ unsafe fn synced_stream(cbid: u32, params: *const c_void) -> Option<u64> {
     }
 }
 
-/// (stream, grid, block, cluster) of a launch's parameters; `None` for non-launches.
-unsafe fn launch_params(
-    cbid: u32,
-    params: *const c_void,
-) -> Option<(CUstream, [u32; 3], [u32; 3], [u32; 3])> {
+/// Stream and dimensions of a launch.
+struct LaunchShape {
+    stream: CUstream,
+    grid: [u32; 3],
+    block: [u32; 3],
+}
+
+/// The shape of a launch's parameters; `None` for non-launches.
+unsafe fn launch_params(cbid: u32, params: *const c_void) -> Option<LaunchShape> {
     if params.is_null() {
         return None;
     }
@@ -263,37 +272,38 @@ unsafe fn launch_params(
             CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel
             | CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz => {
                 let p = &*params.cast::<cuLaunchKernel_params_st>();
-                Some((
-                    p.hStream,
-                    [p.gridDimX, p.gridDimY, p.gridDimZ],
-                    [p.blockDimX, p.blockDimY, p.blockDimZ],
-                    [1, 1, 1],
-                ))
+                Some(LaunchShape {
+                    stream: p.hStream,
+                    grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
+                    block: [p.blockDimX, p.blockDimY, p.blockDimZ],
+                })
             }
             CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel
             | CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz => {
                 let p = &*params.cast::<cuLaunchCooperativeKernel_params_st>();
-                Some((
-                    p.hStream,
-                    [p.gridDimX, p.gridDimY, p.gridDimZ],
-                    [p.blockDimX, p.blockDimY, p.blockDimZ],
-                    [1, 1, 1],
-                ))
+                Some(LaunchShape {
+                    stream: p.hStream,
+                    grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
+                    block: [p.blockDimX, p.blockDimY, p.blockDimZ],
+                })
             }
             CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx
             | CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz => {
                 let p = &*params.cast::<cuLaunchKernelEx_params_st>();
                 let c = p.config.as_ref()?;
-                Some((
-                    c.hStream,
-                    [c.gridDimX, c.gridDimY, c.gridDimZ],
-                    [c.blockDimX, c.blockDimY, c.blockDimZ],
-                    [1, 1, 1],
-                ))
+                Some(LaunchShape {
+                    stream: c.hStream,
+                    grid: [c.gridDimX, c.gridDimY, c.gridDimZ],
+                    block: [c.blockDimX, c.blockDimY, c.blockDimZ],
+                })
             }
             CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch | CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz => {
                 let p = &*params.cast::<cuGraphLaunch_params_st>();
-                Some((p.hStream, [0; 3], [0; 3], [0; 3]))
+                Some(LaunchShape {
+                    stream: p.hStream,
+                    grid: [0; 3],
+                    block: [0; 3],
+                })
             }
             _ => None,
         }

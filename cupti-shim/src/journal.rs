@@ -22,22 +22,8 @@ use probe_common::journal::{
 /// the table nearly full.
 const MAX_PROBE: u32 = 128;
 
-/// A launch as the callback saw it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Launch {
-    pub correlation: u64,
-    pub name_id: u32,
-    pub launch_ns: u64,
-    pub stream: u64,
-    pub stream_id: u32,
-    pub device: u32,
-    pub api: u32,
-    pub tid: u32,
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub cluster: [u32; 3],
-    pub graph_id: u32,
-}
+/// A launch as the callback saw it: the in-flight slot's own fields (`seq` is ignored).
+pub use probe_common::journal::InflightSlot as Launch;
 
 /// A kernel's completion as an activity record reports it.
 #[derive(Clone, Copy, Debug, Default)]

@@ -79,17 +79,17 @@ fn candidates() -> Vec<String> {
     }) {
         out.push(p.to_string());
     }
-    let mut dirs = Vec::new();
-    if let Ok(home) = std::env::var("CUDA_HOME").or_else(|_| std::env::var("CUDA_PATH")) {
-        dirs.push(format!("{home}/extras/CUPTI/lib64"));
-        dirs.push(format!("{home}/lib64"));
-        dirs.push(format!("{home}/targets/x86_64-linux/lib"));
-    }
-    for home in ["/usr/local/cuda"] {
-        dirs.push(format!("{home}/extras/CUPTI/lib64"));
-        dirs.push(format!("{home}/lib64"));
-        dirs.push(format!("{home}/targets/x86_64-linux/lib"));
-    }
+    let mut homes: Vec<String> = ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .collect();
+    homes.push("/usr/local/cuda".into());
+    let mut dirs: Vec<String> = homes
+        .iter()
+        .flat_map(|h| {
+            ["extras/CUPTI/lib64", "lib64", "targets/x86_64-linux/lib"].map(|d| format!("{h}/{d}"))
+        })
+        .collect();
     // pip wheels: a process running PyTorch maps site-packages/nvidia/*/lib/*.so.
     for p in &mapped {
         if let Some(i) = p.find("/site-packages/nvidia/") {

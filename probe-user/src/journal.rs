@@ -418,6 +418,7 @@ mod tests {
             block: [128, 1, 1],
             cluster: [2, 1, 1],
             graph_id: 0,
+            seq: 0,
         }
     }
 
