@@ -426,6 +426,13 @@ impl Model {
         out
     }
 
+    /// Every process's stream heads, longest running first.
+    pub fn kernel_heads(&self) -> Vec<crate::kernels::StreamHead> {
+        let mut heads: Vec<_> = self.kernels.values().flatten().cloned().collect();
+        heads.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
+        heads
+    }
+
     /// Forgets threads that no longer exist; returns their tids so their map entries go too.
     pub fn prune_threads(&mut self, pid: u32, alive: &[u32]) -> Vec<u32> {
         let Some(p) = self.procs.get_mut(&pid) else {

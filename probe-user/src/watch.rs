@@ -88,7 +88,19 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         blocked = still;
 
         let any_alive = session.collector.model.procs.values().any(|p| !p.exited);
-        let v = verdict::decide(&threads, bound_ms, any_alive);
+        let mut v = verdict::decide(&threads, bound_ms, any_alive);
+        if v.kind != last_kind {
+            let mut kernels: Vec<_> = session
+                .collector
+                .model
+                .kernels
+                .values()
+                .flatten()
+                .cloned()
+                .collect();
+            kernels.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
+            verdict::name_the_kernel(&mut v, &threads, &kernels);
+        }
         if v.kind != last_kind {
             if args.json {
                 writeln!(out, "{}", json!({"event": "verdict", "verdict": v}))?;

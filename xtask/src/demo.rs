@@ -1,8 +1,9 @@
 //! `cargo xtask demo`: the README's first command. A simulated serving worker (the simulated
-//! driver from tests/, no GPU needed) wedges a kernel; its launcher thread fills the launch
-//! queue and blocks in cuLaunchKernel, its syncer blocks in cuStreamSynchronize. wedgeprobe
-//! attaches *after* the wedge, as it would at 3 a.m., reports, then watches until the worker
-//! releases itself.
+//! driver from tests/, no GPU needed, with the wedgeprobe shim injected) wedges a kernel; its
+//! launcher thread fills the launch queue and blocks in cuLaunchKernel, its syncer blocks in
+//! cuStreamSynchronize. wedgeprobe attaches *after* the wedge, as it would at 3 a.m., reports
+//! (naming the stuck kernel from the shim's journal), then watches until the worker releases
+//! itself.
 
 use std::{
     process::{Command, Stdio},
@@ -22,9 +23,13 @@ pub fn run_demo() -> anyhow::Result<()> {
     let wedgeprobe = build_wedgeprobe(true)?;
     let worker_path = wp_tests::simworker();
     println!("demo: starting a simulated serving worker; its attention kernel wedges after 1 s");
+    // The worker runs with the shim, as a serving process would with
+    // CUDA_INJECTION64_PATH=$(wedgeprobe shim-path): the report then names the stuck kernel.
+    let shim = wedgeprobe.with_file_name("libcupti_shim.so");
     let mut worker = Command::new(&worker_path)
         .args(["wedge", "16", "1000"])
         .env("SIMCUDA_RELEASE_AFTER_S", "11")
+        .env("CUDA_INJECTION64_PATH", &shim)
         .stdout(Stdio::null())
         .spawn()
         .with_context(|| format!("failed to start {}", worker_path.display()))?;
