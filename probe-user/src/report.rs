@@ -72,9 +72,7 @@ impl Report {
     ) -> Self {
         let threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
         let any_alive = model.procs.values().any(|p| !p.exited);
-        let mut kernels: Vec<crate::kernels::StreamHead> =
-            model.kernels.values().flatten().cloned().collect();
-        kernels.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
+        let kernels = model.kernel_heads();
         let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive);
         verdict::name_the_kernel(&mut verdict, &threads, &kernels);
         let with_journal = model
