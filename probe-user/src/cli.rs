@@ -33,6 +33,25 @@ pub struct Targets {
     /// A thread inside a driver call for this long counts as blocked (e.g. 1s, 500ms).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub blocked_after: Duration,
+    /// With a shim journal: a kernel is suspect once it has run this long and longer than
+    /// --kernel-multiple times its own p99 (when it has history).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub kernel_floor: Duration,
+    #[arg(long, default_value_t = 10.0)]
+    pub kernel_multiple: f64,
+    /// A suspect kernel running this long is stuck even with no host thread blocked on it.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub kernel_hard_bound: Duration,
+}
+
+impl Targets {
+    pub fn kernel_bounds(&self) -> crate::kernel_verdict::Bounds {
+        crate::kernel_verdict::Bounds {
+            floor_ms: self.kernel_floor.as_secs_f64() * 1e3,
+            multiple: self.kernel_multiple.max(1.0),
+            hard_ms: self.kernel_hard_bound.as_secs_f64() * 1e3,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

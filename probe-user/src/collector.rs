@@ -103,7 +103,12 @@ impl Collector {
     fn read_journals(&mut self, now_ns: u64) {
         for (&pid, (journal, cursor)) in self.journals.iter_mut() {
             let view = journal.view();
-            cursor.advance(view);
+            for done in cursor.advance(view) {
+                let name = view.name(done.name_id).unwrap_or_else(|| "?".into());
+                self.model
+                    .history
+                    .record(pid, name, done.end_ns.saturating_sub(done.start_ns));
+            }
             self.model
                 .kernels
                 .insert(pid, cursor.heads(pid, view, now_ns));

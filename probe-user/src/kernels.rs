@@ -50,6 +50,9 @@ pub struct StreamHead {
     /// Since max(launch, previous kernel's end on the stream): an estimate.
     pub running_ms: f64,
     pub queued_behind: usize,
+    /// `state` (stuck / suspect / running), `bound_ms`, `collective`: set by the verdict.
+    #[serde(flatten)]
+    pub judgement: Option<crate::kernel_verdict::KernelJudgement>,
 }
 
 impl JournalCursor {
@@ -120,6 +123,7 @@ impl JournalCursor {
                     launched_ms_ago: now_ns.saturating_sub(h.launch_ns) as f64 / 1e6,
                     running_ms: now_ns.saturating_sub(since) as f64 / 1e6,
                     queued_behind: q.len() - 1,
+                    judgement: None,
                 })
             })
             .collect();

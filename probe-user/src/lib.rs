@@ -7,6 +7,7 @@ pub mod code;
 pub mod collector;
 pub mod error;
 pub mod journal;
+pub mod kernel_verdict;
 pub mod kernels;
 pub mod libcuda;
 pub mod model;

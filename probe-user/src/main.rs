@@ -72,6 +72,7 @@ fn report(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
         (now - start) as f64 / 1e6,
         args.targets.blocked_after.as_secs_f64() * 1e3,
         !args.no_launch_returns,
+        &args.targets.kernel_bounds(),
     );
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &report)?;

@@ -155,6 +155,8 @@ pub struct Model {
     pub kernels: HashMap<u32, Vec<crate::kernels::StreamHead>>,
     /// Per pid: the state of its shim journal (absent: the process has none).
     pub journals: HashMap<u32, JournalInfo>,
+    /// Durations of completed kernels per name, for the kernels' bounds.
+    pub history: crate::kernel_verdict::History,
 }
 
 /// What a report says about a process's shim journal.
@@ -219,6 +221,7 @@ impl Model {
             bad_records: 0,
             kernels: HashMap::new(),
             journals: HashMap::new(),
+            history: Default::default(),
         }
     }
 

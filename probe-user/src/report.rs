@@ -69,12 +69,13 @@ impl Report {
         observed_ms: f64,
         blocked_after_ms: f64,
         launch_returns: bool,
+        bounds: &crate::kernel_verdict::Bounds,
     ) -> Self {
         let threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
         let any_alive = model.procs.values().any(|p| !p.exited);
-        let kernels = model.kernel_heads();
+        let mut kernels = model.kernel_heads();
         let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive);
-        verdict::name_the_kernel(&mut verdict, &threads, &kernels);
+        verdict::apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
         let with_journal = model
             .journals
             .values()
@@ -211,7 +212,10 @@ impl Report {
             for k in &self.kernels {
                 writeln!(
                     out,
-                    "  pid {} dev {} stream {}: {}  running ~{}  ({} queued behind; launched {} ago by tid {}; grid {}x{}x{} block {}x{}x{}; correlation {})",
+                    "  {}pid {} dev {} stream {}: {}  running ~{}  ({} queued behind; launched {} ago by tid {}; grid {}x{}x{} block {}x{}x{}; correlation {})",
+                    k.judgement
+                        .as_ref()
+                        .map_or(String::new(), |j| format!("[{}] ", j.state.to_uppercase())),
                     k.pid,
                     k.device,
                     k.stream,

@@ -27,6 +27,13 @@ pub enum VerdictKind {
     BlockedInDriver,
     /// Every target exited.
     TargetExited,
+    /// (Shim journal) a non-collective kernel is stuck: past its bounds, with host threads
+    /// blocked behind it or past the hard bound.
+    KernelWedge,
+    /// (Shim journal) the stuck kernel is a collective: it waits for a peer rank.
+    CollectiveWait,
+    /// (Shim journal) threads wait behind a kernel that is still within its bounds.
+    Busy,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -45,6 +52,9 @@ impl VerdictKind {
             Self::BlockedInCopy => "blocked_in_copy",
             Self::BlockedInDriver => "blocked_in_driver",
             Self::TargetExited => "target_exited",
+            Self::KernelWedge => "kernel_wedge",
+            Self::CollectiveWait => "collective_wait",
+            Self::Busy => "busy",
         }
     }
 }
@@ -155,38 +165,68 @@ pub fn fmt_duration(ms: f64) -> String {
     }
 }
 
-/// With a shim journal, says which kernel the blocked threads wait behind: the longest-running
-/// unfinished kernel of a process that has blocked threads. (Deciding that a kernel itself is
-/// wedged — adaptive bounds from its duration history — is issue 3's kernel verdict.)
-pub fn name_the_kernel(
+/// With a shim journal, judges each stream's oldest unfinished kernel (`kernel_verdict`) and
+/// refines the host-side verdict: a stuck kernel makes it `kernel_wedge` (or
+/// `collective_wait` for a collective, whose culprit is another rank), and threads blocked
+/// behind a kernel still within its bounds make it `busy`.
+pub fn apply_kernels(
     verdict: &mut Verdict,
     threads: &[ThreadView],
-    kernels: &[crate::kernels::StreamHead],
+    heads: &mut [crate::kernels::StreamHead],
+    history: &crate::kernel_verdict::History,
+    bounds: &crate::kernel_verdict::Bounds,
 ) {
-    if matches!(
-        verdict.kind,
-        VerdictKind::Healthy | VerdictKind::TargetExited
-    ) {
+    use crate::kernel_verdict::{describe, judge};
+    for h in heads.iter_mut() {
+        h.judgement = Some(judge(h, history, bounds, threads));
+    }
+    if matches!(verdict.kind, VerdictKind::TargetExited) {
         return;
     }
-    let Some(k) = kernels
-        .iter()
-        .find(|k| threads.iter().any(|t| t.blocked && t.pid == k.pid))
-    else {
-        return;
-    };
-    verdict.summary = verdict
+    let state =
+        |h: &&crate::kernels::StreamHead| h.judgement.as_ref().map_or("running", |j| j.state);
+    let host = verdict
         .summary
         .replace("; eBPF-only mode cannot name it.", ".");
-    verdict.summary.push_str(&format!(
-        " Oldest unfinished kernel: {} on device {} stream {} (grid {}x{}x{}, block {}x{}x{}), running ~{} with {} launches queued behind it.",
-        k.kernel,
-        k.device,
-        k.stream,
-        k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
-        fmt_duration(k.running_ms),
-        k.queued_behind
-    ));
+    // A stuck non-collective kernel is the culprit; collectives only wait for one.
+    let stuck = heads
+        .iter()
+        .filter(|h| state(h) == "stuck")
+        .min_by_key(|h| h.judgement.as_ref().is_some_and(|j| j.collective));
+    if let Some(h) = stuck
+        && let Some(j) = &h.judgement
+    {
+        let (kind, what) = if j.collective {
+            (
+                VerdictKind::CollectiveWait,
+                "collective kernel waiting (the culprit is a peer rank)",
+            )
+        } else {
+            (VerdictKind::KernelWedge, "kernel wedged")
+        };
+        verdict.kind = kind;
+        verdict.summary = format!("{what}: {}. Host: {host}", describe(h, j));
+        return;
+    }
+    if verdict.kind != VerdictKind::Healthy
+        && let Some(h) = heads
+            .iter()
+            .find(|h| threads.iter().any(|t| t.blocked && t.pid == h.pid))
+        && let Some(j) = &h.judgement
+    {
+        if j.state == "running" {
+            verdict.kind = VerdictKind::Busy;
+            verdict.summary = format!(
+                "{host} They wait behind {} on stream {}, which has run ~{}, within its bound of {}: busy, not (yet) a wedge.",
+                h.kernel,
+                h.stream,
+                fmt_duration(h.running_ms),
+                fmt_duration(j.bound_ms)
+            );
+        } else {
+            verdict.summary = format!("{host} Suspect: {}.", describe(h, j));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let mut session = Session::attach(&args.targets.pids, args.launch_returns)?;
     signals::install();
     let bound_ms = args.targets.blocked_after.as_secs_f64() * 1e3;
+    let bounds = args.targets.kernel_bounds();
     let start = sys::monotonic_ns();
     for p in session.collector.model.procs.values() {
         let facts = &session.facts[&p.target.pid];
@@ -89,18 +90,9 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
 
         let any_alive = session.collector.model.procs.values().any(|p| !p.exited);
         let mut v = verdict::decide(&threads, bound_ms, any_alive);
-        if v.kind != last_kind {
-            let mut kernels: Vec<_> = session
-                .collector
-                .model
-                .kernels
-                .values()
-                .flatten()
-                .cloned()
-                .collect();
-            kernels.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
-            verdict::name_the_kernel(&mut v, &threads, &kernels);
-        }
+        let model = &session.collector.model;
+        let mut kernels = model.kernel_heads();
+        verdict::apply_kernels(&mut v, &threads, &mut kernels, &model.history, &bounds);
         if v.kind != last_kind {
             if args.json {
                 writeln!(out, "{}", json!({"event": "verdict", "verdict": v}))?;

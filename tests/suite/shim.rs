@@ -17,8 +17,11 @@ fn the_journal_names_the_stuck_kernel_and_the_queue_behind_it() {
         ],
     );
     sleep(secs(1.5));
-    let r = report_json(&["--pid", &w.pid_arg()]);
+    // The kernel floor (default 5 s) lowered so the test need not wait that long.
+    let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
     assert_eq!(r["mode"], "journal+ebpf");
+    assert_eq!(r["verdict"]["kind"], "kernel_wedge", "{}", r["verdict"]);
+    assert_eq!(r["kernels"][0]["state"], "stuck");
     assert_eq!(
         r["targets"][0]["journal"]["status"], "recording",
         "{}",
@@ -127,4 +130,24 @@ fn shim_path_points_at_the_library() {
         path.ends_with("libcupti_shim.so") && std::path::Path::new(&path).exists(),
         "{path}"
     );
+}
+
+/// Threads blocked behind a kernel still within its bounds (a 3 s kernel, under the 5 s
+/// floor): `busy`, not a wedge.
+#[test]
+fn waiting_behind_a_long_but_normal_kernel_is_busy() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["healthy", "8"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_LONG_KERNEL_MS", "3000"),
+        ],
+    );
+    sleep(secs(0.2));
+    let r = report_json(&["--pid", &w.pid_arg(), "--window", "1500ms"]);
+    assert_eq!(r["verdict"]["kind"], "busy", "{}", r["verdict"]);
+    assert_eq!(r["kernels"][0]["kernel"], "_Z11long_kernelPf");
+    assert_eq!(r["kernels"][0]["state"], "running");
 }

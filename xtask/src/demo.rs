@@ -22,24 +22,26 @@ pub fn run_demo() -> anyhow::Result<()> {
     }
     let wedgeprobe = build_wedgeprobe(true)?;
     let worker_path = wp_tests::simworker();
-    println!("demo: starting a simulated serving worker; its attention kernel wedges after 1 s");
+    println!(
+        "demo: starting a simulated serving worker; its attention kernel wedges after 1 s; wedgeprobe attaches at 7 s"
+    );
     // The worker runs with the shim, as a serving process would with
     // CUDA_INJECTION64_PATH=$(wedgeprobe shim-path): the report then names the stuck kernel.
     let shim = wedgeprobe.with_file_name("libcupti_shim.so");
     let mut worker = Command::new(&worker_path)
-        .args(["wedge", "16", "1000"])
-        .env("SIMCUDA_RELEASE_AFTER_S", "11")
+        .args(["wedge", "20", "1000"])
+        .env("SIMCUDA_RELEASE_AFTER_S", "14")
         .env("CUDA_INJECTION64_PATH", &shim)
         .stdout(Stdio::null())
         .spawn()
         .with_context(|| format!("failed to start {}", worker_path.display()))?;
     let pid = worker.id().to_string();
     let result = (|| {
-        sleep(Duration::from_secs(3));
+        sleep(Duration::from_secs(7));
         println!("\ndemo: $ wedgeprobe report --pid {pid}\n");
         run(Command::new(&wedgeprobe).args(["report", "--pid", &pid]))?;
         println!(
-            "\ndemo: $ wedgeprobe watch --pid {pid}   (the kernel is released at ~12 s, the worker exits at 16 s)\n"
+            "\ndemo: $ wedgeprobe watch --pid {pid}   (the kernel is released at ~15 s, the worker exits at 20 s)\n"
         );
         run(Command::new(&wedgeprobe).args(["watch", "--pid", &pid, "--duration", "30s"]))
     })();

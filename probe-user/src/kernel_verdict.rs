@@ -1,0 +1,231 @@
+//! With a shim journal: is the oldest unfinished kernel of a stream stuck, merely long, or a
+//! collective waiting for a peer? (../shared/design.md, "The live model and the verdict".)
+//!
+//! A head kernel is *suspect* when it has run longer than a floor and than a multiple of its
+//! own name's history (p99 of its completed runs, hdrhistogram). A suspect kernel is *stuck*
+//! only with corroboration — host threads blocked in this process — or past a hard bound. A
+//! kernel name with too little history is judged by the floor alone: the floor (default 5 s)
+//! is what keeps a legitimately long first run (3 s) from being called a wedge.
+
+use std::collections::HashMap;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::{kernels::StreamHead, model::ThreadView, verdict::fmt_duration};
+
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    pub floor_ms: f64,
+    pub multiple: f64,
+    pub hard_ms: f64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            floor_ms: 5_000.0,
+            multiple: 10.0,
+            hard_ms: 60_000.0,
+        }
+    }
+}
+
+/// Completed runs needed before a name's history sets its bound.
+const MIN_HISTORY: u64 = 5;
+
+/// Names of collective kernels: NCCL's and the custom all-reduce kernels of the serving
+/// stacks. A stuck collective waits for a peer; the culprit is elsewhere.
+const COLLECTIVE_PATTERNS: &[&str] = &[
+    "ncclDevKernel_",
+    "ncclKernel_",
+    "cross_device_reduce",
+    "custom_all_reduce",
+    "allreduce",
+    "AllReduce",
+    "all_reduce",
+    "twoshot",
+    "oneshot",
+];
+
+pub fn is_collective(name: &str) -> bool {
+    COLLECTIVE_PATTERNS.iter().any(|p| name.contains(p))
+}
+
+/// Durations of completed kernels per (pid, name), in µs.
+#[derive(Default)]
+pub struct History {
+    by_name: HashMap<(u32, String), Histogram<u64>>,
+}
+
+impl History {
+    pub fn record(&mut self, pid: u32, name: String, duration_ns: u64) {
+        let h = self.by_name.entry((pid, name)).or_insert_with(|| {
+            Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("static bounds are valid")
+        });
+        h.saturating_record((duration_ns / 1_000).max(1));
+    }
+
+    /// multiple × p99 of the name's history, in ms, when there is enough of it.
+    fn bound_ms(&self, pid: u32, name: &str, multiple: f64) -> Option<f64> {
+        let h = self.by_name.get(&(pid, name.to_string()))?;
+        (h.len() >= MIN_HISTORY).then(|| h.value_at_quantile(0.99) as f64 / 1e3 * multiple)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct KernelJudgement {
+    /// `stuck`, `suspect` (past its bounds, no corroboration yet) or `running`.
+    pub state: &'static str,
+    /// The bound it was held to, in ms.
+    pub bound_ms: f64,
+    pub collective: bool,
+}
+
+pub fn judge(
+    head: &StreamHead,
+    history: &History,
+    bounds: &Bounds,
+    threads: &[ThreadView],
+) -> KernelJudgement {
+    let bound_ms = history
+        .bound_ms(head.pid, &head.kernel, bounds.multiple)
+        .map_or(bounds.floor_ms, |b| b.max(bounds.floor_ms));
+    let suspect = head.running_ms >= bound_ms;
+    let corroborated = threads.iter().any(|t| t.blocked && t.pid == head.pid);
+    let state = if suspect && (corroborated || head.running_ms >= bounds.hard_ms) {
+        "stuck"
+    } else if suspect {
+        "suspect"
+    } else {
+        "running"
+    };
+    KernelJudgement {
+        state,
+        bound_ms,
+        collective: is_collective(&head.kernel),
+    }
+}
+
+/// One line saying what the longest stuck head is, for the verdict's summary.
+pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
+    format!(
+        "{} on device {} stream {} (grid {}x{}x{}, block {}x{}x{}) has run ~{} (bound {}), {} launches queued behind it",
+        head.kernel,
+        head.device,
+        head.stream,
+        head.grid[0],
+        head.grid[1],
+        head.grid[2],
+        head.block[0],
+        head.block[1],
+        head.block[2],
+        fmt_duration(head.running_ms),
+        fmt_duration(j.bound_ms),
+        head.queued_behind
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(name: &str, running_ms: f64) -> StreamHead {
+        StreamHead {
+            pid: 1,
+            device: 0,
+            stream: "0x10".into(),
+            stream_id: 7,
+            kernel: name.into(),
+            correlation: 1,
+            grid: [1; 3],
+            block: [1; 3],
+            cluster: [1; 3],
+            tid: 1,
+            launched_ms_ago: running_ms,
+            running_ms,
+            queued_behind: 0,
+            judgement: None,
+        }
+    }
+
+    fn blocked_thread() -> ThreadView {
+        ThreadView {
+            pid: 1,
+            tid: 1,
+            name: "t".into(),
+            api: "cuStreamSynchronize",
+            in_call_ms: 9000.0,
+            in_call_at_least: false,
+            blocked: true,
+            sched_yield_per_s: 0.0,
+            stream: None,
+            handle: None,
+            kernel: None,
+            grid: None,
+            block: None,
+            seen_by: "uprobe",
+        }
+    }
+
+    #[test]
+    fn a_long_first_run_below_the_floor_is_not_stuck() {
+        let j = judge(
+            &head("long_kernel", 3_000.0),
+            &History::default(),
+            &Bounds::default(),
+            &[blocked_thread()],
+        );
+        assert_eq!(j.state, "running");
+    }
+
+    #[test]
+    fn past_the_floor_with_blocked_threads_is_stuck_without_them_suspect() {
+        let b = Bounds::default();
+        assert_eq!(
+            judge(
+                &head("k", 6_000.0),
+                &History::default(),
+                &b,
+                &[blocked_thread()]
+            )
+            .state,
+            "stuck"
+        );
+        assert_eq!(
+            judge(&head("k", 6_000.0), &History::default(), &b, &[]).state,
+            "suspect"
+        );
+        assert_eq!(
+            judge(&head("k", 61_000.0), &History::default(), &b, &[]).state,
+            "stuck"
+        );
+    }
+
+    #[test]
+    fn history_raises_the_bound_for_kernels_that_are_always_long() {
+        let mut h = History::default();
+        for _ in 0..10 {
+            h.record(1, "slow".into(), 4_000_000_000); // 4 s every time
+        }
+        let j = judge(
+            &head("slow", 6_000.0),
+            &h,
+            &Bounds::default(),
+            &[blocked_thread()],
+        );
+        assert_eq!(j.state, "running");
+        assert!((j.bound_ms - 40_000.0).abs() < 1_000.0, "{j:?}");
+    }
+
+    #[test]
+    fn collectives_are_recognised() {
+        assert!(is_collective(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+        ));
+        assert!(is_collective(
+            "_ZN4vllm19cross_device_reduce1stIfLi8EEEvPNS_6RankDataE"
+        ));
+        assert!(!is_collective("_Z26attn_mbarrier_wedge_kernelPViy"));
+    }
+}
