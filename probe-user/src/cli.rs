@@ -21,8 +21,29 @@ pub enum Command {
     Report(ReportArgs),
     /// Watch continuously; print a line whenever a thread becomes blocked or unblocked.
     Watch(WatchArgs),
+    /// Start a command with the shim injected and watch it (lines on stderr); exits with
+    /// the command's exit code.
+    Run(RunArgs),
     /// Print the path to put in CUDA_INJECTION64_PATH (the shim next to this binary).
     ShimPath,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// A thread inside a driver call for this long counts as blocked.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub blocked_after: Duration,
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub kernel_floor: Duration,
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not inject the shim (eBPF only).
+    #[arg(long)]
+    pub no_shim: bool,
+    /// The command and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -13,6 +13,7 @@ pub mod libcuda;
 pub mod model;
 pub mod probe;
 pub mod report;
+pub mod run;
 pub mod session;
 pub mod signals;
 pub mod stackscan;

@@ -32,6 +32,10 @@ fn main() -> ExitCode {
         Command::Report(args) => report(args, &mut out),
         Command::Watch(args) => watch::run(args, &mut out),
         Command::ShimPath => shim_path(&mut out),
+        Command::Run(args) => match probe_user::run::run(args) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::from(exit::OK),

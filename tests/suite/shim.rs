@@ -151,3 +151,29 @@ fn waiting_behind_a_long_but_normal_kernel_is_busy() {
     assert_eq!(r["kernels"][0]["kernel"], "_Z11long_kernelPf");
     assert_eq!(r["kernels"][0]["state"], "running");
 }
+
+/// `wedgeprobe run -- CMD`: injects the shim, watches, names the stuck kernel, and exits
+/// with the command's exit code.
+#[test]
+fn run_injects_the_shim_watches_and_forwards_the_exit_code() {
+    require_root!();
+    let out = std::process::Command::new(super::wedgeprobe_bin())
+        .args(["run", "--kernel-floor", "1s", "--"])
+        .arg(wp_tests::simworker())
+        .args(["wedge", "4", "300"])
+        .env("SIMCUDA_RELEASE_AFTER_S", "3")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("VERDICT   kernel_wedge") && err.contains("_Z17attn_wedge_kernelP7barrierPf"),
+        "{err}"
+    );
+    assert!(err.contains("EXITED"), "{err}");
+    let out = std::process::Command::new(super::wedgeprobe_bin())
+        .args(["run", "--", "sh", "-c", "exit 7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+}
