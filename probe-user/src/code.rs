@@ -73,7 +73,11 @@ impl CodeView for TargetCode {
     }
 }
 
-/// glibc, its split-out libpthread, musl, and the dynamic loader.
+/// Code that calls into libcuda without being the application: glibc, its split-out
+/// libpthread, musl, the dynamic loader, and libcupti (loaded by our shim or a profiler), whose
+/// own threads call the driver. A thread whose frames are only these and libcuda is not an
+/// application thread inside an API call (seen on the H200: a CUPTI thread flapped as
+/// "libcuda (entry point unknown)").
 fn is_libc(path: &str) -> bool {
     let base = path.rsplit('/').next().unwrap_or(path);
     [
@@ -83,6 +87,7 @@ fn is_libc(path: &str) -> bool {
         "ld-linux",
         "ld-musl",
         "libc.musl",
+        "libcupti",
     ]
     .iter()
     .any(|p| base.starts_with(p))
