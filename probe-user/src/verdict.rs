@@ -59,6 +59,9 @@ impl VerdictKind {
     }
 }
 
+/// See the `unknown` filter in `decide`.
+const UNKNOWN_CALL_BOUND_MS: f64 = 10_000.0;
+
 pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) -> Verdict {
     if !any_alive {
         return Verdict {
@@ -94,10 +97,14 @@ pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) ->
     let launches: Vec<_> = of(ApiClass::Launch).collect();
     let syncs: Vec<_> = of(ApiClass::Sync).collect();
     let copies: Vec<_> = of(ApiClass::Copy).collect();
+    // Inside libcuda but not in a traced entry point (module loading, JIT, initialisation can
+    // take seconds — seen on the H200 while Triton loaded a kernel): a verdict only when it
+    // lasts UNKNOWN_CALL_BOUND_MS.
     let unknown: Vec<_> = blocked
         .iter()
         .copied()
         .filter(|t| api::id_of(t.api).and_then(api::class).is_none())
+        .filter(|t| t.in_call_ms >= UNKNOWN_CALL_BOUND_MS.max(blocked_after_ms))
         .collect();
     let others = |listed: &[&ThreadView]| {
         let rest: Vec<_> = blocked
@@ -271,6 +278,20 @@ mod tests {
         let v = decide(&[thread("cuStreamSynchronize", 3.0, 1000.0)], 1000.0, true);
         assert_eq!(v.kind, VerdictKind::Healthy);
         assert_eq!(decide(&[], 1000.0, false).kind, VerdictKind::TargetExited);
+    }
+
+    #[test]
+    fn a_few_seconds_inside_an_untraced_driver_call_is_not_a_verdict() {
+        let mut t = thread("libcuda (entry point unknown)", 3000.0, 1000.0);
+        assert_eq!(
+            decide(&[t.clone()], 1000.0, true).kind,
+            VerdictKind::Healthy
+        );
+        t.in_call_ms = 12_000.0;
+        assert_eq!(
+            decide(&[t], 1000.0, true).kind,
+            VerdictKind::BlockedInDriver
+        );
     }
 
     #[test]
