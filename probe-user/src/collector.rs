@@ -112,6 +112,7 @@ impl Collector {
             self.model
                 .kernels
                 .insert(pid, cursor.heads(pid, view, now_ns));
+            self.model.set_journal_calls(pid, &view.threads_in_calls());
             let heartbeat = view.heartbeat_ns();
             self.model.journals.insert(
                 pid,

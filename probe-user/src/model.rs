@@ -36,6 +36,9 @@ pub enum SeenBy {
     /// A stack sample: the thread was already inside when wedgeprobe attached, so the time in
     /// call is a lower bound and the arguments are unknown.
     StackScan,
+    /// A stack sample, with the start time from the shim journal's slot for the thread: the
+    /// time in call is exact.
+    StackScanAndJournal,
 }
 
 impl SeenBy {
@@ -43,6 +46,7 @@ impl SeenBy {
         match self {
             SeenBy::Uprobe => "uprobe",
             SeenBy::StackScan => "stack-scan",
+            SeenBy::StackScanAndJournal => "stack-scan+journal",
         }
     }
 }
@@ -353,6 +357,27 @@ impl Model {
                 });
                 t.scanned_call = None;
                 t.traced = true;
+            }
+        }
+    }
+
+    /// The shim journal's "thread T is inside API X since S" slots: a call found by stack scan
+    /// (begun before attach) gets its exact start, when the journal agrees on the entry point.
+    pub fn set_journal_calls(&mut self, pid: u32, calls: &[crate::journal::ThreadInCall]) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        for c in calls {
+            let Some(t) = p.threads.get_mut(&c.tid) else {
+                continue;
+            };
+            if let Some(sc) = t.scanned_call.as_mut()
+                && (sc.api == c.api || sc.api == UNKNOWN_ENTRY_POINT)
+                && api::class(c.api).is_some()
+            {
+                sc.api = c.api;
+                sc.since_ns = c.since_ns;
+                sc.seen_by = SeenBy::StackScanAndJournal;
             }
         }
     }

@@ -177,3 +177,27 @@ fn run_injects_the_shim_watches_and_forwards_the_exit_code() {
         .unwrap();
     assert_eq!(out.status.code(), Some(7));
 }
+
+/// At 3 a.m. (attached after the wedge) the stack scan finds the blocked threads, and the
+/// shim journal's per-thread slots give their exact start: no "at least" any more.
+#[test]
+fn the_journal_gives_threads_found_by_stack_scan_their_exact_start() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "10", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    sleep(secs(2.5));
+    let r = report_json(&["--pid", &w.pid_arg()]);
+    for name in ["launcher", "syncer"] {
+        let t = thread(&r, name).unwrap_or_else(|| panic!("{name} found: {r}"));
+        assert_eq!(t["seen_by"], "stack-scan+journal", "{t}");
+        assert_eq!(t["in_call_at_least"], false, "{t}");
+        // In the call since ~0.3 s after start; attached at ~2.5 s; the window is 1 s.
+        assert!(t["in_call_ms"].as_f64().unwrap() > 2_000.0, "{t}");
+    }
+}
