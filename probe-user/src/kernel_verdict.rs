@@ -150,22 +150,7 @@ mod tests {
     }
 
     fn blocked_thread() -> ThreadView {
-        ThreadView {
-            pid: 1,
-            tid: 1,
-            name: "t".into(),
-            api: "cuStreamSynchronize",
-            in_call_ms: 9000.0,
-            in_call_at_least: false,
-            blocked: true,
-            sched_yield_per_s: 0.0,
-            stream: None,
-            handle: None,
-            kernel: None,
-            grid: None,
-            block: None,
-            seen_by: "uprobe",
-        }
+        ThreadView::for_test("cuStreamSynchronize", 9000.0, 1000.0)
     }
 
     #[test]

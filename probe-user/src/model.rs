@@ -201,6 +201,30 @@ pub struct ThreadView {
     pub seen_by: &'static str,
 }
 
+#[cfg(test)]
+impl ThreadView {
+    /// A thread of pid 1 in `api` for `ms`, blocked at `bound_ms` (tid derived from `ms`, so
+    /// threads made with different times are different threads).
+    pub fn for_test(api: &'static str, ms: f64, bound_ms: f64) -> Self {
+        ThreadView {
+            pid: 1,
+            tid: ms as u32,
+            name: "w".into(),
+            api,
+            in_call_ms: ms,
+            in_call_at_least: false,
+            blocked: ms >= bound_ms,
+            sched_yield_per_s: 0.0,
+            stream: Some("0x0".into()),
+            handle: None,
+            kernel: None,
+            grid: None,
+            block: None,
+            seen_by: "uprobe",
+        }
+    }
+}
+
 impl Default for Model {
     fn default() -> Self {
         Self::new()

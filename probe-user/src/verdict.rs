@@ -241,22 +241,7 @@ mod tests {
     use super::*;
 
     fn thread(api: &'static str, ms: f64, bound: f64) -> ThreadView {
-        ThreadView {
-            pid: 1,
-            tid: ms as u32,
-            name: "w".into(),
-            api,
-            in_call_ms: ms,
-            in_call_at_least: false,
-            blocked: ms >= bound,
-            sched_yield_per_s: 0.0,
-            stream: Some("0x0".into()),
-            handle: None,
-            kernel: None,
-            grid: None,
-            block: None,
-            seen_by: "uprobe",
-        }
+        ThreadView::for_test(api, ms, bound)
     }
 
     #[test]
