@@ -15,7 +15,6 @@
 
 use std::{
     ffi::{CStr, c_void},
-    panic::{AssertUnwindSafe, catch_unwind},
     sync::OnceLock,
     time::Duration,
 };
@@ -27,6 +26,7 @@ use probe_common::{
 };
 
 use crate::{
+    guarded,
     journal::{Completion, Launch},
     recorder::{self, monotonic_ns},
 };
@@ -98,6 +98,7 @@ fn check(what: &str, r: CUptiResult) -> Result<(), String> {
 pub fn attach() -> Result<(), String> {
     let cupti = cupti_sys::load().map_err(|e| e.to_string())?;
     let c = CUPTI.get_or_init(|| cupti);
+    RESOLVED.get_or_init(resolve);
     // SAFETY: documented CUPTI calls with valid arguments; the callbacks are extern "C" fns
     // that live for the whole process.
     unsafe {
@@ -161,11 +162,26 @@ extern "C" fn timestamp() -> u64 {
     monotonic_ns()
 }
 
-fn api_of(cbid: u32) -> Option<u32> {
+/// `CBIDS` resolved once at attach: (cbid, api id, per-thread default stream), so a callback
+/// compares integers instead of searching names.
+static RESOLVED: OnceLock<Vec<(u32, u32, u8)>> = OnceLock::new();
+
+fn resolve() -> Vec<(u32, u32, u8)> {
     CBIDS
         .iter()
-        .find(|(c, _)| *c == cbid)
-        .and_then(|(_, name)| api::id_of(name))
+        .filter_map(|&(cbid, name)| {
+            Some((cbid, api::id_of(name)?, u8::from(name.ends_with("_ptsz"))))
+        })
+        .collect()
+}
+
+/// (api id, per-thread default stream) of a traced callback id.
+fn api_of(cbid: u32) -> Option<(u32, u8)> {
+    RESOLVED
+        .get()?
+        .iter()
+        .find(|e| e.0 == cbid)
+        .map(|e| (e.1, e.2))
 }
 
 unsafe extern "C" fn on_api(
@@ -174,11 +190,11 @@ unsafe extern "C" fn on_api(
     cbid: CUpti_CallbackId,
     data: *const c_void,
 ) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    guarded(|| {
         if domain != CUPTI_CB_DOMAIN_DRIVER_API {
             return;
         }
-        let (Some(rec), Some(api)) = (recorder::get(), api_of(cbid)) else {
+        let (Some(rec), Some((api, per_thread))) = (recorder::get(), api_of(cbid)) else {
             return;
         };
         // SAFETY: CUPTI passes a CUpti_CallbackData for the driver domain, valid during the call.
@@ -217,7 +233,6 @@ unsafe extern "C" fn on_api(
             // SAFETY: a NUL-terminated string valid during the callback.
             unsafe { CStr::from_ptr(d.symbolName) }.to_bytes()
         };
-        let per_thread = u8::from(api::name(api).ends_with("_ptsz"));
         let mut stream_id = 0u32;
         if let Some(c) = CUPTI.get() {
             // SAFETY: the callback's context and the launch's stream.
@@ -237,7 +252,7 @@ unsafe extern "C" fn on_api(
                 ..Launch::default()
             },
         );
-    }));
+    });
 }
 
 /// The stream a returning synchronize has drained (`ALL_STREAMS` for the context).
@@ -261,6 +276,18 @@ struct LaunchShape {
     block: [u32; 3],
 }
 
+/// The shape of a params struct with cuLaunchKernel's fields (the cooperative variant too).
+macro_rules! shape {
+    ($p:expr) => {{
+        let p = $p;
+        LaunchShape {
+            stream: p.hStream,
+            grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
+            block: [p.blockDimX, p.blockDimY, p.blockDimZ],
+        }
+    }};
+}
+
 /// The shape of a launch's parameters; `None` for non-launches.
 unsafe fn launch_params(cbid: u32, params: *const c_void) -> Option<LaunchShape> {
     if params.is_null() {
@@ -271,22 +298,12 @@ unsafe fn launch_params(cbid: u32, params: *const c_void) -> Option<LaunchShape>
         match cbid {
             CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel
             | CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz => {
-                let p = &*params.cast::<cuLaunchKernel_params_st>();
-                Some(LaunchShape {
-                    stream: p.hStream,
-                    grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
-                    block: [p.blockDimX, p.blockDimY, p.blockDimZ],
-                })
+                Some(shape!(&*params.cast::<cuLaunchKernel_params_st>()))
             }
             CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel
-            | CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz => {
-                let p = &*params.cast::<cuLaunchCooperativeKernel_params_st>();
-                Some(LaunchShape {
-                    stream: p.hStream,
-                    grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
-                    block: [p.blockDimX, p.blockDimY, p.blockDimZ],
-                })
-            }
+            | CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz => Some(shape!(
+                &*params.cast::<cuLaunchCooperativeKernel_params_st>()
+            )),
             CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx
             | CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz => {
                 let p = &*params.cast::<cuLaunchKernelEx_params_st>();
@@ -315,7 +332,7 @@ unsafe extern "C" fn buffer_requested(
     size: *mut usize,
     max_records: *mut usize,
 ) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    guarded(|| {
         // Activity buffers come from CUPTI's own thread, not from a launch: allocating here is
         // off the launch path.
         let layout = std::alloc::Layout::from_size_align(BUFFER_BYTES, 8).ok();
@@ -328,7 +345,7 @@ unsafe extern "C" fn buffer_requested(
             *size = if p.is_null() { 0 } else { BUFFER_BYTES };
             *max_records = 0;
         }
-    }));
+    });
 }
 
 unsafe extern "C" fn buffer_completed(
@@ -338,7 +355,7 @@ unsafe extern "C" fn buffer_completed(
     _size: usize,
     valid: usize,
 ) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    guarded(|| {
         let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
             return;
         };
@@ -370,14 +387,21 @@ unsafe extern "C" fn buffer_completed(
         let mut dropped = 0usize;
         // SAFETY: the buffer's context and stream as CUPTI passed them.
         unsafe { (c.cuptiActivityGetNumDroppedRecords)(ctx, stream_id, &mut dropped) };
-        for _ in 0..dropped.min(1 << 20) {
-            rec.writer().count_drop(drops::ACTIVITY_DROPPED);
-        }
+        rec.writer()
+            .count_drops(drops::ACTIVITY_DROPPED, dropped as u64);
         if !buffer.is_null()
             && let Ok(l) = std::alloc::Layout::from_size_align(BUFFER_BYTES, 8)
         {
             // SAFETY: allocated in buffer_requested with this layout.
             unsafe { std::alloc::dealloc(buffer, l) };
         }
-    }));
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_traced_callback_id_maps_to_an_entry_point() {
+        assert_eq!(super::resolve().len(), super::CBIDS.len());
+    }
 }

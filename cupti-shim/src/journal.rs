@@ -85,9 +85,13 @@ impl Writer {
     }
 
     pub fn count_drop(&self, which: usize) {
-        if which < drops::LEN {
+        self.count_drops(which, 1);
+    }
+
+    pub fn count_drops(&self, which: usize, n: u64) {
+        if which < drops::LEN && n > 0 {
             self.word((offset_of!(Header, drops) + which * 8) as u64)
-                .fetch_add(1, Relaxed);
+                .fetch_add(n, Relaxed);
         }
     }
 
@@ -366,6 +370,13 @@ impl Writer {
             let i = (home + k) % cap;
             let off = self.layout.names_off() + i as u64 * size_of::<NameSlot>() as u64;
             let slot_hash = self.word(off + offset_of!(NameSlot, hash) as u64);
+            // Every launch interns its name: the common case (already there) must be a plain
+            // load, not a compare-exchange that takes the cache line from other launchers.
+            match slot_hash.load(Acquire) {
+                h if h == hash => return i + 1,
+                0 => {}
+                _ => continue,
+            }
             match slot_hash.compare_exchange(0, hash, AcqRel, Acquire) {
                 Ok(_) => {
                     let n = name.len().min(NAME_BYTES);

@@ -16,7 +16,7 @@ pub mod recorder;
 pub mod shm;
 pub mod sim_backend;
 
-use std::panic::catch_unwind;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use probe_common::journal::Layout;
 
@@ -58,6 +58,11 @@ fn init() -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start its heartbeat thread: {e}"))?;
     Ok(())
+}
+
+/// Runs a callback body; a panic is swallowed (it must never unwind into the driver).
+pub(crate) fn guarded(f: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(f));
 }
 
 fn log_off(why: &[u8]) {

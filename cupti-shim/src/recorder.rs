@@ -26,6 +26,8 @@ static RECORDER: OnceLock<Recorder> = OnceLock::new();
 thread_local! {
     /// This thread's journal slot; u32::MAX = not claimed yet, u32::MAX - 1 = none left.
     static SLOT: Cell<u32> = const { Cell::new(u32::MAX) };
+    /// This thread's id (0 = not read yet): gettid is a syscall, too dear for every launch.
+    static TID: Cell<u32> = const { Cell::new(0) };
 }
 
 pub fn monotonic_ns() -> u64 {
@@ -43,8 +45,13 @@ fn clock(id: libc::clockid_t) -> u64 {
 }
 
 fn gettid() -> u32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u32 }
+    TID.with(|t| {
+        if t.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            t.set(unsafe { libc::gettid() } as u32);
+        }
+        t.get()
+    })
 }
 
 /// Creates the process's journal; `Err` (with the reason) turns the shim off.

@@ -5,12 +5,10 @@
 //! The simulated libcuda exports `simcuda_subscribe`; on a real driver that symbol does not
 //! exist and this backend is not used. The structs mirror `tests/simcuda/cuda_sim.h`.
 
-use std::{
-    ffi::{c_char, c_void},
-    panic::{AssertUnwindSafe, catch_unwind},
-};
+use std::ffi::{c_char, c_void};
 
 use crate::{
+    guarded,
     journal::{Completion, Launch},
     recorder::{self, monotonic_ns},
 };
@@ -51,11 +49,6 @@ pub fn attach() -> bool {
         unsafe { std::mem::transmute::<*mut c_void, _>(sym) };
     subscribe(&CALLBACKS);
     true
-}
-
-/// Runs a callback body; a panic is swallowed (it must not unwind into the driver).
-fn guarded(f: impl FnOnce()) {
-    let _ = catch_unwind(AssertUnwindSafe(f));
 }
 
 extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
