@@ -41,8 +41,12 @@ fn init() -> Result<(), String> {
     if std::env::var("WEDGEPROBE_SHIM").is_ok_and(|v| v == "off" || v == "0") {
         return Err("disabled by WEDGEPROBE_SHIM".into());
     }
-    let rec = recorder::start(Layout::DEFAULT)
-        .map_err(|e| format!("cannot create its journal in {}: {e}", shm::DIR))?;
+    let rec = recorder::start(Layout::DEFAULT).map_err(|e| {
+        format!(
+            "cannot create its journal {}: {e}",
+            shm::path_for(std::process::id())
+        )
+    })?;
     if !sim_backend::attach() {
         return cupti_backend::attach().inspect_err(|_| rec.turn_off());
     }

@@ -6,11 +6,9 @@
 
 use std::{ffi::CString, io, ptr::NonNull};
 
-/// Directory of journal files; wedgeprobe looks for them through the target's maps.
-pub const DIR: &str = "/dev/shm";
-
 pub fn path_for(pid: u32) -> String {
-    format!("{DIR}/wedgeprobe-{pid}.journal")
+    use probe_common::journal::{FILE_PREFIX, FILE_SUFFIX};
+    format!("{FILE_PREFIX}{pid}{FILE_SUFFIX}")
 }
 
 /// A mapped journal file. Unmapped and removed on drop (the process is exiting or the shim

@@ -30,7 +30,7 @@ impl CodeView for Memory<'_> {
     fn in_code(&self, addr: u64) -> bool {
         (CODE_BASE..CODE_BASE + CODE_LEN as u64).contains(&addr)
     }
-    fn in_libc(&self, addr: u64) -> bool {
+    fn in_runtime(&self, addr: u64) -> bool {
         (CODE_BASE + 2048..CODE_BASE + 3072).contains(&addr)
     }
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {

@@ -21,6 +21,11 @@
 //!   2·index+2 when complete: a reader checks it before and after copying.
 //! - `NameSlot`: claimed by CAS on `hash` (0 = empty); `len` is stored last (0 = not ready).
 
+/// A process's journal file is `{FILE_PREFIX}{pid}{FILE_SUFFIX}`: the shim creates it, and
+/// wedgeprobe recognises it in the process's memory map.
+pub const FILE_PREFIX: &str = "/dev/shm/wedgeprobe-";
+pub const FILE_SUFFIX: &str = ".journal";
+
 /// `b"WPJRNL"` then the format's major version.
 pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x01";
 pub const VERSION: u32 = 1;

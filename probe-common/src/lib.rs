@@ -173,6 +173,14 @@ pub struct PendingName {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct StackSample {
+    pub header: SampleHeader,
+    pub stack: [u8; SAMPLE_STACK_LEN],
+}
+
+/// The fixed part of a [`StackSample`]: user space reads it and borrows the stack in place.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SampleHeader {
     pub tid: u32,
     pub tgid: u32,
     pub time_ns: u64,
@@ -181,7 +189,6 @@ pub struct StackSample {
     pub bp: u64,
     /// Bytes of `stack` that hold user memory read from `sp` upwards.
     pub len: u64,
-    pub stack: [u8; SAMPLE_STACK_LEN],
 }
 
 #[cfg(feature = "user")]

@@ -35,7 +35,7 @@ use aya_ebpf::{
 use probe_common::{
     CALL_OPEN_ENDED, COOKIE_OPEN_ENDED, CallDone, EVENT_CALL_DONE, EVENT_KERNEL_NAME, EventHeader,
     InCall, KernelName, MAX_TARGETS, MAX_THREADS, NAME_LEN, PendingName, SAMPLE_STACK_LEN,
-    StackSample,
+    SampleHeader, StackSample,
     api::{self, ArgShape},
     counters,
 };
@@ -335,12 +335,15 @@ pub fn wp_on_cpu(_ctx: PerfEventContext) -> u32 {
     // SAFETY: `s` points to a reserved StackSample; the header fields are written here and
     // `stack` is filled by the probing reads below, `len` says how much of it is valid.
     unsafe {
-        (*s).tid = tid;
-        (*s).tgid = tgid;
-        (*s).time_ns = now;
-        (*s).ip = regs.rip;
-        (*s).sp = regs.rsp;
-        (*s).bp = regs.rbp;
+        (*s).header = SampleHeader {
+            tid,
+            tgid,
+            time_ns: now,
+            ip: regs.rip,
+            sp: regs.rsp,
+            bp: regs.rbp,
+            len: 0,
+        };
         let mut len = 0u64;
         let base = (*s).stack.as_mut_ptr();
         for i in 0..(SAMPLE_STACK_LEN / CHUNK) {
@@ -351,7 +354,7 @@ pub fn wp_on_cpu(_ctx: PerfEventContext) -> u32 {
             }
             len += CHUNK as u64;
         }
-        (*s).len = len;
+        (*s).header.len = len;
     }
     slot.submit(0);
     0

@@ -9,7 +9,7 @@ pub struct TargetCode {
     /// (start, end, id) of each traced entry point in the process, sorted by start.
     entry_points: Vec<(u64, u64, u32)>,
     libcuda_code: Vec<(u64, u64)>,
-    libc_code: Vec<(u64, u64)>,
+    runtime_code: Vec<(u64, u64)>,
     code: Vec<(u64, u64)>,
 }
 
@@ -31,17 +31,17 @@ impl TargetCode {
                 .map(|m| (m.start, m.end))
                 .collect()
         };
-        let libc: Vec<crate::target::Mapping> = target
+        let runtime: Vec<crate::target::Mapping> = target
             .code_maps
             .iter()
-            .filter(|m| is_libc(&m.path))
+            .filter(|m| is_runtime_support(&m.path))
             .cloned()
             .collect();
         Self {
             pid: target.pid,
             entry_points,
             libcuda_code: ranges(&target.libcuda_maps, true),
-            libc_code: ranges(&libc, true),
+            runtime_code: ranges(&runtime, true),
             code: ranges(&target.code_maps, true),
         }
     }
@@ -64,8 +64,10 @@ impl CodeView for TargetCode {
         self.code.iter().any(|&(s, e)| (s..e).contains(&addr))
     }
 
-    fn in_libc(&self, addr: u64) -> bool {
-        self.libc_code.iter().any(|&(s, e)| (s..e).contains(&addr))
+    fn in_runtime(&self, addr: u64) -> bool {
+        self.runtime_code
+            .iter()
+            .any(|&(s, e)| (s..e).contains(&addr))
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
@@ -78,7 +80,7 @@ impl CodeView for TargetCode {
 /// own threads call the driver. A thread whose frames are only these and libcuda is not an
 /// application thread inside an API call (seen on the H200: a CUPTI thread flapped as
 /// "libcuda (entry point unknown)").
-fn is_libc(path: &str) -> bool {
+fn is_runtime_support(path: &str) -> bool {
     let base = path.rsplit('/').next().unwrap_or(path);
     [
         "libc.so",

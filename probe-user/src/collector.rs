@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use probe_common::{
     CallDone, EVENT_CALL_DONE, EVENT_KERNEL_NAME, EventHeader, InCall, KernelName,
-    SAMPLE_STACK_LEN, StackSample, counters, maps,
+    SAMPLE_STACK_LEN, SampleHeader, counters, maps,
 };
 
 use crate::{
@@ -306,20 +306,6 @@ impl Collector {
     }
 }
 
-/// The fixed part of `StackSample` (everything before `stack`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct SampleHeader {
-    tid: u32,
-    tgid: u32,
-    time_ns: u64,
-    ip: u64,
-    sp: u64,
-    bp: u64,
-    len: u64,
-}
-const _: () = assert!(size_of::<SampleHeader>() == std::mem::offset_of!(StackSample, stack));
-
 /// Copies a `T` out of a ring record if the record is long enough.
 fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
     if bytes.len() < size_of::<T>() {
@@ -331,14 +317,10 @@ fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
 }
 
 fn is_sleeping(pid: u32, tid: u32) -> bool {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
-        return false;
-    };
-    // The state follows the last ')' (comm may contain spaces and parentheses).
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next());
-    matches!(state, Some('S' | 'D'))
+    matches!(
+        crate::target::proc_state(&format!("/proc/{pid}/task/{tid}/stat")),
+        Some('S' | 'D')
+    )
 }
 
 /// (sp, pc) of a thread blocked in a syscall, from `nr a0 … a5 sp pc`.

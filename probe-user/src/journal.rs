@@ -92,10 +92,6 @@ impl JournalView {
         })
     }
 
-    pub fn layout(&self) -> Layout {
-        self.layout
-    }
-
     /// The header as first read (capacities, pid, clock pair).
     pub fn header(&self) -> &Header {
         &self.header
@@ -157,6 +153,12 @@ impl JournalView {
         let mut out = Vec::new();
         for i in 0..self.layout.inflight_cap {
             let off = self.layout.inflight_off() + i as u64 * size_of::<InflightSlot>() as u64;
+            // Most slots are free: one word tells, before copying 88 bytes twice (this runs
+            // on every 50 ms tick over 8,192 slots).
+            let correlation: u64 = self.read(off);
+            if correlation == 0 {
+                continue;
+            }
             let a: InflightSlot = self.read(off);
             if a.correlation == 0 || a.seq & 1 == 1 {
                 continue;

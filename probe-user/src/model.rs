@@ -78,7 +78,6 @@ pub struct ThreadState {
     pub scanned_call: Option<CurrentCall>,
     /// sched_yield calls since attach (from WP_THREAD_YIELDS).
     pub yields_total: u64,
-    pub calls_done: u64,
     /// The latest stack scan of the thread: when, and whether it was inside libcuda.
     pub last_scan: Option<(u64, bool)>,
     /// The probes have seen this thread enter or leave a call since attach.
@@ -161,6 +160,8 @@ pub struct Model {
     pub journals: HashMap<u32, JournalInfo>,
     /// Durations of completed kernels per name, for the kernels' bounds.
     pub history: crate::kernel_verdict::History,
+    /// `WEDGEPROBE_DEBUG_SCAN` is set: print every stack scan (read once, not per sample).
+    debug_scan: bool,
 }
 
 /// What a report says about a process's shim journal.
@@ -184,6 +185,9 @@ pub struct ThreadView {
     pub tid: u32,
     pub name: String,
     pub api: &'static str,
+    /// `api` as its `probe_common::api` id (or UNKNOWN_ENTRY_POINT), for the verdict.
+    #[serde(skip)]
+    pub api_id: u32,
     pub in_call_ms: f64,
     /// True when the thread was already inside when wedgeprobe attached: `in_call_ms` is then
     /// the time since attach, a lower bound.
@@ -211,6 +215,7 @@ impl ThreadView {
             tid: ms as u32,
             name: "w".into(),
             api,
+            api_id: api::id_of(api).unwrap_or(UNKNOWN_ENTRY_POINT),
             in_call_ms: ms,
             in_call_at_least: false,
             blocked: ms >= bound_ms,
@@ -250,6 +255,7 @@ impl Model {
             kernels: HashMap::new(),
             journals: HashMap::new(),
             history: Default::default(),
+            debug_scan: std::env::var_os("WEDGEPROBE_DEBUG_SCAN").is_some(),
         }
     }
 
@@ -287,7 +293,6 @@ impl Model {
             }
         }
         if let Some(t) = self.thread(ev.header.tgid, ev.header.tid) {
-            t.calls_done += 1;
             t.traced = true;
             // It returned from something, so it is no longer in the call a scan found.
             t.scanned_call = None;
@@ -324,7 +329,7 @@ impl Model {
         });
         let attached = p.attached_ns;
         let existed_at_attach = p.threads_at_attach.contains(&tid);
-        if std::env::var_os("WEDGEPROBE_DEBUG_SCAN").is_some() {
+        if self.debug_scan {
             eprintln!(
                 "scan pid {pid} tid {tid} -> {found:?}: {}",
                 stackscan::explain(ip, stack, &p.code)
@@ -451,6 +456,7 @@ impl Model {
                     tid,
                     name: t.name.clone(),
                     api: api_name(c.api),
+                    api_id: c.api,
                     in_call_ms: in_call_ns as f64 / 1e6,
                     in_call_at_least: c.seen_by == SeenBy::StackScan,
                     blocked: in_call_ns >= blocked_after_ns,
@@ -476,6 +482,13 @@ impl Model {
         }
         out.sort_by(|a, b| b.in_call_ms.total_cmp(&a.in_call_ms));
         out
+    }
+
+    /// Some target's shim journal is being read (so kernels can be named).
+    pub fn journal_read(&self) -> bool {
+        self.journals
+            .values()
+            .any(|j| !j.status.starts_with("rejected"))
     }
 
     /// Every process's stream heads, longest running first.

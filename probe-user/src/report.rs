@@ -74,12 +74,9 @@ impl Report {
         let threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
         let any_alive = model.procs.values().any(|p| !p.exited);
         let mut kernels = model.kernel_heads();
-        let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive);
+        let with_journal = model.journal_read();
+        let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive, with_journal);
         verdict::apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
-        let with_journal = model
-            .journals
-            .values()
-            .any(|j| !j.status.starts_with("rejected"));
         let targets = model
             .procs
             .values()

@@ -26,9 +26,10 @@ pub trait CodeView {
     fn in_libcuda(&self, addr: u64) -> bool;
     /// Inside any executable mapping.
     fn in_code(&self, addr: u64) -> bool;
-    /// Inside libc or the dynamic loader: a caller there (start_thread) means the thread is
-    /// one of the driver's own, not an application thread inside an API call.
-    fn in_libc(&self, addr: u64) -> bool;
+    /// Inside runtime support — libc, the dynamic loader, libcupti: a caller there
+    /// (start_thread, a CUPTI thread) means the thread is not an application thread inside an
+    /// API call.
+    fn in_runtime(&self, addr: u64) -> bool;
     /// Reads the target's memory; false if any byte is unreadable.
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
 }
@@ -44,7 +45,7 @@ pub enum Found {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Region {
     Libcuda,
-    Libc,
+    Runtime,
     App,
 }
 
@@ -59,8 +60,8 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found>
     let region = |a: u64| {
         if code.in_libcuda(a) {
             Region::Libcuda
-        } else if code.in_libc(a) {
-            Region::Libc
+        } else if code.in_runtime(a) {
+            Region::Runtime
         } else {
             Region::App
         }
@@ -81,7 +82,7 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found>
     // (libc frames may come first: sched_yield or a futex wait called by libcuda).
     let ip_inside = code.in_libcuda(ip);
     if !ip_inside {
-        let first = ras.iter().find(|r| r.region != Region::Libc)?;
+        let first = ras.iter().find(|r| r.region != Region::Runtime)?;
         if first.region != Region::Libcuda {
             return None;
         }
@@ -114,7 +115,7 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found>
                     return Some(Found::EntryPoint(id));
                 }
             }
-            Region::Libc => {}
+            Region::Runtime => {}
         }
     }
     ras.iter()
@@ -140,7 +141,7 @@ pub fn explain(ip: u64, stack: &[u8], code: &impl CodeView) -> String {
         if code.in_libcuda(addr) {
             out.push_str(" L");
         }
-        if code.in_libc(addr) {
+        if code.in_runtime(addr) {
             out.push_str(" C");
         }
         if let Some(id) = code.entry_point_at(addr) {
@@ -259,7 +260,7 @@ mod tests {
         fn in_code(&self, a: u64) -> bool {
             self.in_libcuda(a) || (0x10000..0x40000).contains(&a)
         }
-        fn in_libc(&self, a: u64) -> bool {
+        fn in_runtime(&self, a: u64) -> bool {
             (0x30000..0x40000).contains(&a)
         }
         fn read(&self, addr: u64, buf: &mut [u8]) -> bool {

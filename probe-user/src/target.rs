@@ -91,13 +91,10 @@ impl Target {
     /// False once the process exited, including while it is a zombie its parent has not
     /// reaped yet (its threads and mappings are gone then).
     pub fn alive(&self) -> bool {
-        let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
-            return false;
-        };
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        !matches!(state, None | Some('Z' | 'X'))
+        !matches!(
+            proc_state(&format!("/proc/{}/stat", self.pid)),
+            None | Some('Z' | 'X')
+        )
     }
 
     /// Thread ids of the target right now.
@@ -130,6 +127,14 @@ impl Target {
     }
 }
 
+/// The state letter (R, S, D, Z, …) of a /proc/…/stat file. It follows the last ')': the
+/// comm before it may contain spaces and parentheses.
+pub fn proc_state(stat_path: &str) -> Option<char> {
+    let stat = fs::read_to_string(stat_path).ok()?;
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+}
+
 /// The journal mapping of `pid`, if it has one now.
 pub fn find_journal(pid: u32) -> Option<Mapping> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
@@ -138,10 +143,11 @@ pub fn find_journal(pid: u32) -> Option<Mapping> {
         .find(|m| is_journal(&m.path))
 }
 
-/// `/dev/shm/wedgeprobe-<pid>.journal` (cupti-shim/src/shm.rs), not a deleted one.
+/// A shim journal's path (`probe_common::journal::FILE_PREFIX`), not a deleted one.
 pub fn is_journal(path: &str) -> bool {
-    path.strip_prefix("/dev/shm/wedgeprobe-")
-        .and_then(|rest| rest.strip_suffix(".journal"))
+    use probe_common::journal::{FILE_PREFIX, FILE_SUFFIX};
+    path.strip_prefix(FILE_PREFIX)
+        .and_then(|rest| rest.strip_suffix(FILE_SUFFIX))
         .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 

@@ -62,7 +62,14 @@ impl VerdictKind {
 /// See the `unknown` filter in `decide`.
 const UNKNOWN_CALL_BOUND_MS: f64 = 10_000.0;
 
-pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) -> Verdict {
+/// `kernels_visible`: a shim journal is read, so `apply_kernels` will name the kernel; in
+/// eBPF-only mode the summary says it cannot.
+pub fn decide(
+    threads: &[ThreadView],
+    blocked_after_ms: f64,
+    any_alive: bool,
+    kernels_visible: bool,
+) -> Verdict {
     if !any_alive {
         return Verdict {
             kind: VerdictKind::TargetExited,
@@ -70,12 +77,7 @@ pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) ->
         };
     }
     let blocked: Vec<&ThreadView> = threads.iter().filter(|t| t.blocked).collect();
-    let of = |class| {
-        blocked
-            .iter()
-            .copied()
-            .filter(move |t| api::id_of(t.api).and_then(api::class) == Some(class))
-    };
+    let class = |t: &ThreadView| api::class(t.api_id);
     let describe = |t: &ThreadView| {
         let mut s = format!(
             "tid {} ({}) in {} for {}{}",
@@ -93,66 +95,80 @@ pub fn decide(threads: &[ThreadView], blocked_after_ms: f64, any_alive: bool) ->
         }
         s
     };
-    let list = |ts: Vec<&ThreadView>| ts.into_iter().map(describe).collect::<Vec<_>>().join("; ");
-    let launches: Vec<_> = of(ApiClass::Launch).collect();
-    let syncs: Vec<_> = of(ApiClass::Sync).collect();
-    let copies: Vec<_> = of(ApiClass::Copy).collect();
+    let list = |ts: &[&ThreadView]| {
+        ts.iter()
+            .map(|t| describe(t))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let of = |c: Option<ApiClass>| -> Vec<&ThreadView> {
+        blocked.iter().copied().filter(|t| class(t) == c).collect()
+    };
     // Inside libcuda but not in a traced entry point (module loading, JIT, initialisation can
     // take seconds — seen on the H200 while Triton loaded a kernel): a verdict only when it
     // lasts UNKNOWN_CALL_BOUND_MS.
-    let unknown: Vec<_> = blocked
-        .iter()
-        .copied()
-        .filter(|t| api::id_of(t.api).and_then(api::class).is_none())
+    let unknown: Vec<&ThreadView> = of(None)
+        .into_iter()
         .filter(|t| t.in_call_ms >= UNKNOWN_CALL_BOUND_MS.max(blocked_after_ms))
         .collect();
-    let others = |listed: &[&ThreadView]| {
-        let rest: Vec<_> = blocked
+    let launch_tail = if kernels_visible {
+        "A kernel ahead in the queue is likely wedged."
+    } else {
+        "A kernel ahead in the queue is likely wedged; eBPF-only mode cannot name it."
+    };
+    // In order of strength: (threads, kind, opening, closing, list the other blocked threads).
+    let groups = [
+        (
+            of(Some(ApiClass::Launch)),
+            VerdictKind::LaunchQueueFull,
+            "GPU not completing work: launch blocked (driver launch queue full): ",
+            launch_tail,
+            true,
+        ),
+        (
+            of(Some(ApiClass::Sync)),
+            VerdictKind::BlockedInSync,
+            "GPU work not completing: ",
+            "A kernel is running long or is wedged.",
+            true,
+        ),
+        (
+            unknown,
+            VerdictKind::BlockedInDriver,
+            "threads stuck inside the CUDA driver: ",
+            "GPU work is likely not completing.",
+            true,
+        ),
+        (
+            of(Some(ApiClass::Copy)),
+            VerdictKind::BlockedInCopy,
+            "blocking copy not completing: ",
+            "",
+            false,
+        ),
+    ];
+    for (group, kind, opening, closing, with_others) in groups {
+        if group.is_empty() {
+            continue;
+        }
+        let rest: Vec<&ThreadView> = blocked
             .iter()
             .copied()
-            .filter(|t| !listed.iter().any(|l| (l.pid, l.tid) == (t.pid, t.tid)))
+            .filter(|t| !group.iter().any(|g| (g.pid, g.tid) == (t.pid, t.tid)))
             .collect();
-        if rest.is_empty() {
+        let others = if with_others && !rest.is_empty() {
+            format!(" Also blocked: {}.", list(&rest))
+        } else {
+            String::new()
+        };
+        let closing = if closing.is_empty() {
             String::new()
         } else {
-            format!(" Also blocked: {}.", list(rest))
-        }
-    };
-    if !launches.is_empty() {
-        return Verdict {
-            kind: VerdictKind::LaunchQueueFull,
-            summary: format!(
-                "GPU not completing work: launch blocked (driver launch queue full): {}.{} A kernel \
-                 ahead in the queue is likely wedged; eBPF-only mode cannot name it.",
-                list(launches.clone()),
-                others(&launches)
-            ),
+            format!(" {closing}")
         };
-    }
-    if !syncs.is_empty() {
         return Verdict {
-            kind: VerdictKind::BlockedInSync,
-            summary: format!(
-                "GPU work not completing: {}.{} A kernel is running long or is wedged.",
-                list(syncs.clone()),
-                others(&syncs)
-            ),
-        };
-    }
-    if !unknown.is_empty() {
-        return Verdict {
-            kind: VerdictKind::BlockedInDriver,
-            summary: format!(
-                "threads stuck inside the CUDA driver: {}.{} GPU work is likely not completing.",
-                list(unknown.clone()),
-                others(&unknown)
-            ),
-        };
-    }
-    if !copies.is_empty() {
-        return Verdict {
-            kind: VerdictKind::BlockedInCopy,
-            summary: format!("blocking copy not completing: {}.", list(copies)),
+            kind,
+            summary: format!("{opening}{}.{others}{closing}", list(&group)),
         };
     }
     Verdict {
@@ -192,9 +208,7 @@ pub fn apply_kernels(
     }
     let state =
         |h: &&crate::kernels::StreamHead| h.judgement.as_ref().map_or("running", |j| j.state);
-    let host = verdict
-        .summary
-        .replace("; eBPF-only mode cannot name it.", ".");
+    let host = verdict.summary.clone();
     // A stuck non-collective kernel is the culprit; collectives only wait for one.
     let stuck = heads
         .iter()
@@ -253,6 +267,7 @@ mod tests {
             ],
             1000.0,
             true,
+            false,
         );
         assert_eq!(v.kind, VerdictKind::LaunchQueueFull);
         assert!(v.summary.contains("cuLaunchKernel") && v.summary.contains("cuStreamSynchronize"));
@@ -260,28 +275,41 @@ mod tests {
 
     #[test]
     fn short_calls_are_healthy() {
-        let v = decide(&[thread("cuStreamSynchronize", 3.0, 1000.0)], 1000.0, true);
+        let v = decide(
+            &[thread("cuStreamSynchronize", 3.0, 1000.0)],
+            1000.0,
+            true,
+            false,
+        );
         assert_eq!(v.kind, VerdictKind::Healthy);
-        assert_eq!(decide(&[], 1000.0, false).kind, VerdictKind::TargetExited);
+        assert_eq!(
+            decide(&[], 1000.0, false, false).kind,
+            VerdictKind::TargetExited
+        );
     }
 
     #[test]
     fn a_few_seconds_inside_an_untraced_driver_call_is_not_a_verdict() {
         let mut t = thread("libcuda (entry point unknown)", 3000.0, 1000.0);
         assert_eq!(
-            decide(&[t.clone()], 1000.0, true).kind,
+            decide(&[t.clone()], 1000.0, true, false).kind,
             VerdictKind::Healthy
         );
         t.in_call_ms = 12_000.0;
         assert_eq!(
-            decide(&[t], 1000.0, true).kind,
+            decide(&[t], 1000.0, true, false).kind,
             VerdictKind::BlockedInDriver
         );
     }
 
     #[test]
     fn sync_alone() {
-        let v = decide(&[thread("cuCtxSynchronize", 1500.0, 1000.0)], 1000.0, true);
+        let v = decide(
+            &[thread("cuCtxSynchronize", 1500.0, 1000.0)],
+            1000.0,
+            true,
+            false,
+        );
         assert_eq!(v.kind, VerdictKind::BlockedInSync);
     }
 }

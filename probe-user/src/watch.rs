@@ -89,8 +89,8 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         blocked = still;
 
         let any_alive = session.collector.model.procs.values().any(|p| !p.exited);
-        let mut v = verdict::decide(&threads, bound_ms, any_alive);
         let model = &session.collector.model;
+        let mut v = verdict::decide(&threads, bound_ms, any_alive, model.journal_read());
         let mut kernels = model.kernel_heads();
         verdict::apply_kernels(&mut v, &threads, &mut kernels, &model.history, &bounds);
         if v.kind != last_kind {
