@@ -2,11 +2,19 @@
 //! driver callback too, so nothing is counted twice) and CONCURRENT_KERNEL activity records
 //! for completions, timestamped on CLOCK_MONOTONIC through CUPTI's timestamp callback.
 //!
+//! CUDA graphs: resource callbacks (node created / cloned, executable graph created) fill the
+//! journal's graph table, so a stuck graph launch breaks down into its kernel nodes.
+//!
 //! Costs (notes/gpu-machine.md): driver-domain launch callbacks measured +298 ns per launch,
-//! CONCURRENT_KERNEL +920 ns; to be measured for this shim (issue 3's benchmark).
+//! CONCURRENT_KERNEL +920 ns; this shim's own cost is in BENCHMARKS.md.
 //! A flush withholds a buffer that holds an incomplete record: one stuck kernel can hold back
-//! other kernels' completions in the same buffer — the verdict must not trust a stream's
-//! missing completions alone (issue 3, not handled yet).
+//! other kernels' completions in the same buffer, so the flush thread forces buffers out when
+//! something has waited long (below), and the reader retires launches by later evidence too.
+//!
+//! Giving CUPTI back (one subscriber per process until CUDA 13.3): `wedgeprobe release --pid`
+//! sets a bit in the journal that the flush thread polls, or the process calls the exported
+//! `wedgeprobe_shim_release()` itself; either way the shim flushes, unsubscribes and calls
+//! `cuptiFinalize`, so torch.profiler / Nsight can subscribe next.
 
 #![allow(
     non_upper_case_globals,
@@ -15,14 +23,17 @@
 
 use std::{
     ffi::{CStr, c_void},
-    sync::OnceLock,
+    sync::{
+        OnceLock,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
 use cupti_sys::*;
 use probe_common::{
     api,
-    journal::{ALL_STREAMS, drops},
+    journal::{ALL_STREAMS, STATE_RELEASED, drops},
 };
 
 use crate::{
@@ -32,6 +43,16 @@ use crate::{
 };
 
 static CUPTI: OnceLock<Cupti> = OnceLock::new();
+static SUBSCRIBER: AtomicUsize = AtomicUsize::new(0);
+/// Set once the shim has given CUPTI back: callbacks and the flush thread do nothing after.
+static RELEASED: AtomicBool = AtomicBool::new(false);
+
+/// Resource callbacks that describe CUDA graphs.
+const RESOURCE_CBIDS: [u32; 3] = [
+    CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
+    CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
+    CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED,
+];
 
 /// Driver callback ids traced, with their `probe_common::api` ids.
 const CBIDS: &[(u32, &str)] = &[
@@ -111,10 +132,17 @@ pub fn attach() -> Result<(), String> {
             "cuptiSubscribe",
             (c.cuptiSubscribe)(&mut sub, Some(on_api), std::ptr::null_mut()),
         )?;
+        SUBSCRIBER.store(sub as usize, Ordering::Release);
         for &(cbid, _) in CBIDS {
             check(
                 "cuptiEnableCallback",
                 (c.cuptiEnableCallback)(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, cbid),
+            )?;
+        }
+        for cbid in RESOURCE_CBIDS {
+            check(
+                "cuptiEnableCallback (resource)",
+                (c.cuptiEnableCallback)(1, sub, CUPTI_CB_DOMAIN_RESOURCE, cbid),
             )?;
         }
         check(
@@ -135,14 +163,27 @@ pub fn attach() -> Result<(), String> {
                 let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
                     continue;
                 };
+                if rec.writer().release_requested() {
+                    release();
+                }
+                if RELEASED.load(Ordering::Acquire) {
+                    rec.heartbeat();
+                    continue;
+                }
                 // A default flush withholds any buffer holding an unfinished record, so one
                 // stuck kernel hides the completions recorded next to it. When a thread has
-                // waited in the driver for FORCE_AFTER_NS, force the buffers out (at most every
-                // FORCE_EVERY_NS): unfinished records come back with end = 0 and are skipped;
+                // waited in the driver, or a launch has been in flight, for FORCE_AFTER_NS,
+                // force the buffers out (at most every FORCE_EVERY_NS): unfinished records come back with end = 0 and are skipped;
                 // the launches they belong to are retired later by their stream's next
                 // completion or synchronize (RECORD_SYNCED).
                 let now = monotonic_ns();
-                let oldest = rec.writer().oldest_call_since();
+                let oldest = match (
+                    rec.writer().oldest_call_since(),
+                    rec.writer().oldest_launch_ns(),
+                ) {
+                    (0, l) | (l, 0) => l,
+                    (a, b) => a.min(b),
+                };
                 let force = oldest != 0
                     && now.saturating_sub(oldest) >= FORCE_AFTER_NS
                     && now.saturating_sub(last_forced) >= FORCE_EVERY_NS;
@@ -156,6 +197,29 @@ pub fn attach() -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start its flush thread: {e}"))?;
     Ok(())
+}
+
+/// Gives CUPTI back so another tool can subscribe: flushes what is recorded, unsubscribes,
+/// detaches CUPTI (`cuptiFinalize`) and marks the journal released. Idempotent.
+pub fn release() {
+    if RELEASED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Some(c) = CUPTI.get() else { return };
+    // SAFETY: documented CUPTI calls; the subscriber handle is the one cuptiSubscribe gave.
+    unsafe {
+        (c.cuptiActivityFlushAll)(FLUSH_FORCED);
+        (c.cuptiActivityDisable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        let sub = SUBSCRIBER.swap(0, Ordering::AcqRel);
+        if sub != 0 {
+            (c.cuptiUnsubscribe)(sub as CUpti_SubscriberHandle);
+        }
+        (c.cuptiFinalize)();
+    }
+    if let Some(rec) = recorder::get() {
+        rec.writer().set_state(STATE_RELEASED);
+    }
+    crate::log_line(b"released CUPTI for another tool; recording stopped");
 }
 
 extern "C" fn timestamp() -> u64 {
@@ -191,6 +255,14 @@ unsafe extern "C" fn on_api(
     data: *const c_void,
 ) {
     guarded(|| {
+        if RELEASED.load(Ordering::Relaxed) {
+            return;
+        }
+        if domain == CUPTI_CB_DOMAIN_RESOURCE {
+            // SAFETY: resource-domain callbacks pass a CUpti_ResourceData.
+            unsafe { on_resource(cbid, data.cast()) };
+            return;
+        }
         if domain != CUPTI_CB_DOMAIN_DRIVER_API {
             return;
         }
@@ -223,6 +295,7 @@ unsafe extern "C" fn on_api(
             stream,
             grid,
             block,
+            graph_exec,
         }) = launch
         else {
             return;
@@ -233,10 +306,15 @@ unsafe extern "C" fn on_api(
             // SAFETY: a NUL-terminated string valid during the callback.
             unsafe { CStr::from_ptr(d.symbolName) }.to_bytes()
         };
-        let mut stream_id = 0u32;
+        let (mut stream_id, mut graph_id) = (0u32, 0u32);
         if let Some(c) = CUPTI.get() {
-            // SAFETY: the callback's context and the launch's stream.
-            unsafe { (c.cuptiGetStreamIdEx)(d.context, stream, per_thread, &mut stream_id) };
+            // SAFETY: the callback's context and the launch's stream / executable graph.
+            unsafe {
+                (c.cuptiGetStreamIdEx)(d.context, stream, per_thread, &mut stream_id);
+                if !graph_exec.is_null() {
+                    (c.cuptiGetGraphExecId)(graph_exec, &mut graph_id);
+                }
+            }
         }
         rec.launch(
             name,
@@ -249,10 +327,63 @@ unsafe extern "C" fn on_api(
                 grid,
                 block,
                 cluster: [1, 1, 1],
+                graph_id,
                 ..Launch::default()
             },
         );
     });
+}
+
+/// Graph construction and instantiation: fills the journal's graph table.
+unsafe fn on_resource(cbid: u32, data: *const CUpti_ResourceData) {
+    let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
+        return;
+    };
+    // SAFETY: valid during the callback; for graph callbacks the descriptor is a
+    // CUpti_GraphData.
+    let Some(g) = (unsafe { data.as_ref() })
+        .and_then(|d| unsafe { d.resourceDescriptor.cast::<CUpti_GraphData>().as_ref() })
+    else {
+        return;
+    };
+    let graph_id = |graph: CUgraph| {
+        let mut id = 0u32;
+        if !graph.is_null() {
+            // SAFETY: a graph handle CUPTI passed.
+            unsafe { (c.cuptiGetGraphId)(graph, &mut id) };
+        }
+        id
+    };
+    let node_id = |node: CUgraphNode| {
+        let mut id = 0u64;
+        if !node.is_null() {
+            // SAFETY: as above.
+            unsafe { (c.cuptiGetGraphNodeId)(node, &mut id) };
+        }
+        id
+    };
+    match cbid {
+        CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED if g.nodeType == CU_GRAPH_NODE_TYPE_KERNEL => {
+            let node = g.node;
+            rec.graph_kernel_node(node_id(node), graph_id(g.graph), || {
+                crate::driver::kernel_node_name(node)
+            });
+        }
+        CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED if g.nodeType == CU_GRAPH_NODE_TYPE_KERNEL => {
+            rec.graph_node_cloned(node_id(g.node), node_id(g.originalNode), graph_id(g.graph));
+        }
+        CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED => {
+            let mut exec = 0u32;
+            if !g.graphExec.is_null() {
+                // SAFETY: the executable graph CUPTI passed.
+                unsafe { (c.cuptiGetGraphExecId)(g.graphExec, &mut exec) };
+            }
+            if exec != 0 {
+                rec.graph_exec(exec, graph_id(g.graph));
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The stream a returning synchronize has drained (`ALL_STREAMS` for the context).
@@ -274,6 +405,8 @@ struct LaunchShape {
     stream: CUstream,
     grid: [u32; 3],
     block: [u32; 3],
+    /// Graph launches: the executable graph.
+    graph_exec: CUgraphExec,
 }
 
 /// The shape of a params struct with cuLaunchKernel's fields (the cooperative variant too).
@@ -284,6 +417,7 @@ macro_rules! shape {
             stream: p.hStream,
             grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
             block: [p.blockDimX, p.blockDimY, p.blockDimZ],
+            graph_exec: std::ptr::null_mut(),
         }
     }};
 }
@@ -312,6 +446,7 @@ unsafe fn launch_params(cbid: u32, params: *const c_void) -> Option<LaunchShape>
                     stream: c.hStream,
                     grid: [c.gridDimX, c.gridDimY, c.gridDimZ],
                     block: [c.blockDimX, c.blockDimY, c.blockDimZ],
+                    graph_exec: std::ptr::null_mut(),
                 })
             }
             CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch | CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz => {
@@ -320,6 +455,7 @@ unsafe fn launch_params(cbid: u32, params: *const c_void) -> Option<LaunchShape>
                     stream: p.hStream,
                     grid: [0; 3],
                     block: [0; 3],
+                    graph_exec: p.hGraph,
                 })
             }
             _ => None,
@@ -374,7 +510,10 @@ unsafe extern "C" fn buffer_completed(
             // kernel records of CUPTI 12.x and 13.x.
             let k = unsafe { &*record.cast::<CUpti_ActivityKernel9>() };
             if k.end == 0 {
-                continue; // a forced flush of a kernel that never completed: not a completion
+                // A forced flush of a kernel still running: not a completion, and its record
+                // will never come back; a later synchronize frees its in-flight slot.
+                rec.writer().orphaned(k.correlationId as u64);
+                continue;
             }
             rec.complete(&Completion {
                 correlation: k.correlationId as u64,
@@ -382,6 +521,7 @@ unsafe extern "C" fn buffer_completed(
                 end_ns: k.end,
                 stream_id: k.streamId,
                 device: k.deviceId,
+                graph_node: k.graphNodeId,
             });
         }
         let mut dropped = 0usize;

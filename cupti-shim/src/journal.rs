@@ -13,9 +13,12 @@ use core::{
 };
 
 use probe_common::journal::{
-    Header, InflightSlot, Layout, NAME_BYTES, NameSlot, RECORD_KERNEL_DONE, RECORD_LAUNCH,
-    RECORD_SYNCED, RingRecord, ThreadSlot, drops, name_hash,
+    ALL_STREAMS, CONTROL_RELEASE, Header, InflightSlot, Layout, NAME_BYTES, NameSlot,
+    RECORD_CAPTURED, RECORD_KERNEL_DONE, RECORD_LAUNCH, RECORD_NODE_DONE, RECORD_SYNCED,
+    RingRecord, ThreadSlot, drops, name_hash,
 };
+
+mod graphs;
 
 /// Slots probed from a key's home position before giving up (in-flight table and names):
 /// bounds the work of a callback; with the default capacities a probe run this long needs
@@ -33,11 +36,16 @@ pub struct Completion {
     pub end_ns: u64,
     pub stream_id: u32,
     pub device: u32,
+    /// CUPTI's graph node id when the kernel ran as a node of a graph launch (0 otherwise).
+    pub graph_node: u64,
 }
 
 pub struct Writer {
     base: NonNull<u8>,
     layout: Layout,
+    /// Launches whose completion record CUPTI handed back unfinished (a forced flush): it will
+    /// never come again, so their slots are freed by the next synchronize that covers them.
+    orphans: AtomicU64,
 }
 
 // SAFETY: every access through `base` is atomic; the memory outlives the writer (contract of
@@ -59,7 +67,11 @@ impl Writer {
         mono_ns: u64,
         real_ns: u64,
     ) -> Self {
-        let w = Self { base: mem, layout };
+        let w = Self {
+            base: mem,
+            layout,
+            orphans: AtomicU64::new(0),
+        };
         let header = layout.header(pid, mono_ns, real_ns);
         let words = size_of::<Header>() / 8;
         // SAFETY: Header is plain old data of `words` u64s.
@@ -103,6 +115,15 @@ impl Writer {
     pub fn set_state(&self, state: u32) {
         self.half(offset_of!(Header, state) as u64)
             .store(state, Release);
+    }
+
+    pub fn state(&self) -> u32 {
+        self.half(offset_of!(Header, state) as u64).load(Acquire)
+    }
+
+    /// Whether wedgeprobe has asked the shim to release CUPTI (`Header::control`).
+    pub fn release_requested(&self) -> bool {
+        self.word(offset_of!(Header, control) as u64).load(Acquire) & CONTROL_RELEASE != 0
     }
 
     // ---- threads ----
@@ -231,17 +252,58 @@ impl Writer {
             h(offset_of!(InflightSlot, cluster) + 4 * i, l.cluster[i]);
         }
         h(offset_of!(InflightSlot, graph_id), l.graph_id);
+        h(offset_of!(InflightSlot, nodes_pending), l.nodes_pending);
     }
 
-    /// Records a completion: frees the launch's in-flight slot and appends a ring record.
+    /// Records a completion: frees the launch's in-flight slot and appends a ring record. A
+    /// graph node's completion only counts down its graph launch's pending nodes; the launch
+    /// leaves the table with its last node (or, with an unknown node count, its first).
     pub fn complete(&self, c: &Completion) {
+        let node = c.graph_node != 0;
+        let found = self.take_inflight(c.correlation, node);
+        let (mut name_id, stream, tid, api) = found.unwrap_or_else(|| {
+            self.count_drop(drops::COMPLETION_UNMATCHED);
+            (0, 0, 0, 0)
+        });
+        if node {
+            name_id = self.graph_node_name(c.graph_node);
+        }
+        self.ring_push(
+            if node {
+                RECORD_NODE_DONE
+            } else {
+                RECORD_KERNEL_DONE
+            },
+            c.correlation,
+            name_id,
+            c.start_ns,
+            c.end_ns,
+            if node { c.graph_node } else { stream },
+            c.stream_id,
+            c.device,
+            tid,
+            api,
+        );
+    }
+
+    /// A launch turned out to be captured into a graph (it will never run as itself).
+    pub fn captured(&self, correlation: u64, now_ns: u64) {
+        let _ = self.take_inflight(correlation, false);
+        self.ring_push(RECORD_CAPTURED, correlation, 0, now_ns, 0, 0, 0, 0, 0, 0);
+    }
+
+    /// Frees the in-flight slot of `correlation` — for a graph node (`node`), only once its
+    /// pending count runs out — and returns its (name id, stream, tid, api).
+    fn take_inflight(&self, correlation: u64, node: bool) -> Option<(u32, u64, u32, u32)> {
+        if correlation == 0 {
+            return None;
+        }
         let cap = self.layout.inflight_cap;
-        let home = self.home(c.correlation, cap);
-        let mut found = None;
+        let home = self.home(correlation, cap);
         for k in 0..cap.min(MAX_PROBE) {
             let off = self.inflight_off((home + k) % cap);
             let corr = self.word(off + offset_of!(InflightSlot, correlation) as u64);
-            if c.correlation == 0 || corr.load(Acquire) != c.correlation {
+            if corr.load(Acquire) != correlation {
                 continue;
             }
             // Only the completion of this correlation frees it, so the lock is free but for a
@@ -254,40 +316,34 @@ impl Writer {
                 }
                 core::hint::spin_loop();
             }
-            let Some(s) = seq else { break };
+            let s = seq?;
             let h = |f: usize| self.half(off + f as u64).load(Relaxed);
-            found = Some((
+            let fields = (
                 h(offset_of!(InflightSlot, name_id)),
                 self.word(off + offset_of!(InflightSlot, stream) as u64)
                     .load(Relaxed),
                 h(offset_of!(InflightSlot, tid)),
                 h(offset_of!(InflightSlot, api)),
-            ));
-            corr.store(0, Relaxed);
+            );
+            let pending = self.half(off + offset_of!(InflightSlot, nodes_pending) as u64);
+            let left = pending.load(Relaxed);
+            if node && left > 1 {
+                pending.store(left - 1, Relaxed);
+            } else {
+                corr.store(0, Relaxed);
+            }
             self.half(off + offset_of!(InflightSlot, seq) as u64)
                 .store(s + 2, Release);
-            break;
+            return Some(fields);
         }
-        let (name_id, stream, tid, api) = found.unwrap_or_else(|| {
-            self.count_drop(drops::COMPLETION_UNMATCHED);
-            (0, 0, 0, 0)
-        });
-        self.ring_push(
-            RECORD_KERNEL_DONE,
-            c.correlation,
-            name_id,
-            c.start_ns,
-            c.end_ns,
-            stream,
-            c.stream_id,
-            c.device,
-            tid,
-            api,
-        );
+        None
     }
 
     /// A synchronize returned: see `probe_common::journal::RECORD_SYNCED`.
     pub fn synced(&self, correlation: u64, stream: u64, now_ns: u64) {
+        if self.orphans.load(Relaxed) > 0 {
+            self.free_synced(correlation, stream);
+        }
         self.ring_push(
             RECORD_SYNCED,
             correlation,
@@ -302,6 +358,39 @@ impl Writer {
         );
     }
 
+    /// CUPTI handed `correlation`'s record back unfinished: no completion will free its slot.
+    pub fn orphaned(&self, _correlation: u64) {
+        self.orphans.fetch_add(1, Relaxed);
+    }
+
+    /// Frees the slots of launches before `correlation` on `stream` (or every stream): a
+    /// returned synchronize proves them done. Runs only while orphans exist.
+    fn free_synced(&self, correlation: u64, stream: u64) {
+        let mut freed = 0;
+        for i in 0..self.layout.inflight_cap {
+            let off = self.inflight_off(i);
+            let corr = self.word(off + offset_of!(InflightSlot, correlation) as u64);
+            let c = corr.load(Acquire);
+            let slot_stream = self
+                .word(off + offset_of!(InflightSlot, stream) as u64)
+                .load(Relaxed);
+            if c == 0 || c >= correlation || (stream != ALL_STREAMS && slot_stream != stream) {
+                continue;
+            }
+            if let Some(s) = self.lock_inflight(off) {
+                if corr.load(Relaxed) == c {
+                    corr.store(0, Relaxed);
+                    freed += 1;
+                }
+                self.half(off + offset_of!(InflightSlot, seq) as u64)
+                    .store(s + 2, Release);
+            }
+        }
+        let _ = self
+            .orphans
+            .fetch_update(Relaxed, Relaxed, |o| Some(o.saturating_sub(freed.max(1))));
+    }
+
     /// The earliest `since_ns` of the threads inside a call now (0 if none): the flush thread
     /// uses it to notice a wait that may be held up by a withheld activity buffer.
     pub fn oldest_call_since(&self) -> u64 {
@@ -312,6 +401,31 @@ impl Writer {
                 .load(Relaxed);
             if since != 0 && (oldest == 0 || since < oldest) {
                 oldest = since;
+            }
+        }
+        oldest
+    }
+
+    /// The earliest launch time of the launches in flight now (0 if none): with
+    /// `oldest_call_since`, what tells the flush thread a withheld buffer may hide a
+    /// completion. Scans the table (8,192 slots by default, ~0.8 MB) — every 100 ms, on the
+    /// flush thread.
+    pub fn oldest_launch_ns(&self) -> u64 {
+        let mut oldest = 0;
+        for i in 0..self.layout.inflight_cap {
+            let off = self.inflight_off(i);
+            if self
+                .word(off + offset_of!(InflightSlot, correlation) as u64)
+                .load(Relaxed)
+                == 0
+            {
+                continue;
+            }
+            let t = self
+                .word(off + offset_of!(InflightSlot, launch_ns) as u64)
+                .load(Relaxed);
+            if t != 0 && (oldest == 0 || t < oldest) {
+                oldest = t;
             }
         }
         oldest

@@ -11,6 +11,7 @@
 //! (tests/simcuda) when the process runs on it. `WEDGEPROBE_SHIM=off` disables the shim.
 
 pub mod cupti_backend;
+mod driver;
 pub mod journal;
 pub mod recorder;
 pub mod shm;
@@ -55,6 +56,9 @@ fn init() -> Result<(), String> {
         .spawn(|| {
             loop {
                 if let Some(rec) = recorder::get() {
+                    if rec.writer().release_requested() {
+                        sim_backend::release();
+                    }
                     rec.heartbeat();
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));
@@ -69,11 +73,38 @@ pub(crate) fn guarded(f: impl FnOnce()) {
     let _ = catch_unwind(AssertUnwindSafe(f));
 }
 
+/// Gives CUPTI back so torch.profiler, Kineto or Nsight can subscribe (CUDA allows one
+/// subscriber per process before 13.3). Call it from the process, e.g. in Python:
+/// `ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"]).wedgeprobe_shim_release()`, or from
+/// outside with `wedgeprobe release --pid PID`. Recording stops for good; returns 1 if the
+/// shim was recording.
+#[unsafe(no_mangle)]
+pub extern "C" fn wedgeprobe_shim_release() -> i32 {
+    let Some(rec) = recorder::get() else { return 0 };
+    let was = rec.writer().state() == probe_common::journal::STATE_RECORDING;
+    guarded(|| {
+        if sim_backend::attached() {
+            sim_backend::release();
+        } else {
+            cupti_backend::release();
+        }
+    });
+    i32::from(was)
+}
+
 fn log_off(why: &[u8]) {
-    let mut line = Vec::with_capacity(why.len() + 40);
-    line.extend_from_slice(b"wedgeprobe shim: ");
+    let mut line = Vec::with_capacity(why.len() + 16);
     line.extend_from_slice(why);
-    line.extend_from_slice(b"; shim off\n");
+    line.extend_from_slice(b"; shim off");
+    log_line(&line);
+}
+
+/// One line on stderr, `wedgeprobe shim: …`, without allocating on the way to the fd.
+pub(crate) fn log_line(what: &[u8]) {
+    let mut line = Vec::with_capacity(what.len() + 40);
+    line.extend_from_slice(b"wedgeprobe shim: ");
+    line.extend_from_slice(what);
+    line.extend_from_slice(b"\n");
     // SAFETY: writing our own buffer to fd 2; the result is deliberately ignored.
     unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }

@@ -28,6 +28,9 @@ thread_local! {
     static SLOT: Cell<u32> = const { Cell::new(u32::MAX) };
     /// This thread's id (0 = not read yet): gettid is a syscall, too dear for every launch.
     static TID: Cell<u32> = const { Cell::new(0) };
+    /// The launch this thread is inside now: (correlation, name id); (0, 0) outside. A graph
+    /// node created during a launch call is that launch being captured into a graph.
+    static IN_LAUNCH: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
 }
 
 pub fn monotonic_ns() -> u64 {
@@ -115,16 +118,46 @@ impl Recorder {
     }
 
     pub fn api_exit(&self) {
+        IN_LAUNCH.with(|l| l.set((0, 0)));
         if let Some(slot) = self.slot() {
             self.writer.exit(slot);
         }
     }
 
-    /// A kernel launch; `name` is the mangled kernel name as the callback gives it.
+    /// A kernel launch; `name` is the mangled kernel name as the callback gives it. A graph
+    /// launch (`launch.graph_id` = its executable graph) waits for that graph's kernel nodes.
     pub fn launch(&self, name: &[u8], mut launch: Launch) {
         launch.name_id = self.writer.intern(name);
         launch.tid = gettid();
+        if launch.graph_id != 0 {
+            launch.nodes_pending = self.writer.graph_exec_kernels(launch.graph_id);
+        }
+        IN_LAUNCH.with(|l| l.set((launch.correlation, launch.name_id)));
         self.writer.launch(&launch);
+    }
+
+    /// CUPTI created kernel node `node_id` in graph `graph_id`. Inside a launch call the node
+    /// is that launch, captured: it takes the launch's kernel, and the launch leaves the
+    /// in-flight table (it will never run as itself). Otherwise `name` resolves its kernel.
+    pub fn graph_kernel_node(&self, node_id: u64, graph_id: u32, name: impl FnOnce() -> Vec<u8>) {
+        let (correlation, launch_name) = IN_LAUNCH.with(|l| l.get());
+        let name_id = if correlation != 0 {
+            self.writer.captured(correlation, monotonic_ns());
+            launch_name
+        } else {
+            self.writer.intern(&name())
+        };
+        self.writer.graph_kernel_node(node_id, 0, graph_id, name_id);
+    }
+
+    /// Node `node_id` of graph `graph_id` is a clone of `original` (instantiation clones).
+    pub fn graph_node_cloned(&self, node_id: u64, original: u64, graph_id: u32) {
+        self.writer
+            .graph_kernel_node(node_id, original, graph_id, 0);
+    }
+
+    pub fn graph_exec(&self, exec_id: u32, graph_id: u32) {
+        self.writer.graph_exec(exec_id, graph_id);
     }
 
     /// A synchronize of `stream` (or `ALL_STREAMS`) returned successfully.

@@ -5,7 +5,12 @@
 //! The simulated libcuda exports `simcuda_subscribe`; on a real driver that symbol does not
 //! exist and this backend is not used. The structs mirror `tests/simcuda/cuda_sim.h`.
 
-use std::ffi::{c_char, c_void};
+use std::{
+    ffi::{c_char, c_void},
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+use probe_common::journal::STATE_RELEASED;
 
 use crate::{
     guarded,
@@ -36,6 +41,33 @@ static CALLBACKS: SimCallbacks = SimCallbacks {
     kernel_done,
 };
 
+static ATTACHED: AtomicBool = AtomicBool::new(false);
+static RELEASED: AtomicBool = AtomicBool::new(false);
+
+pub fn attached() -> bool {
+    ATTACHED.load(Ordering::Acquire)
+}
+
+/// The simulated counterpart of giving CUPTI back: callbacks stop recording, the journal says
+/// released (what `wedgeprobe release` is tested against in CI).
+pub fn release() {
+    if RELEASED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if let Some(rec) = recorder::get() {
+        rec.writer().set_state(STATE_RELEASED);
+    }
+    crate::log_line(b"released CUPTI for another tool; recording stopped");
+}
+
+fn recording() -> Option<&'static recorder::Recorder> {
+    if RELEASED.load(Ordering::Relaxed) {
+        None
+    } else {
+        recorder::get()
+    }
+}
+
 /// Subscribes to the simulated driver if this process runs on it.
 pub fn attach() -> bool {
     const SYMBOL: &[u8] = b"simcuda_subscribe\0";
@@ -48,12 +80,13 @@ pub fn attach() -> bool {
     let subscribe: extern "C" fn(*const SimCallbacks) =
         unsafe { std::mem::transmute::<*mut c_void, _>(sym) };
     subscribe(&CALLBACKS);
+    ATTACHED.store(true, Ordering::Release);
     true
 }
 
 extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
     guarded(|| {
-        let Some(rec) = recorder::get() else { return };
+        let Some(rec) = recording() else { return };
         let now = monotonic_ns();
         rec.api_enter(api, correlation, now);
         // SAFETY: the driver passes a valid SimLaunch for launches, null otherwise.
@@ -90,7 +123,7 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
 
 extern "C" fn api_exit(_api: u32, _correlation: u64) {
     guarded(|| {
-        if let Some(rec) = recorder::get() {
+        if let Some(rec) = recording() {
             rec.api_exit();
         }
     });
@@ -98,13 +131,14 @@ extern "C" fn api_exit(_api: u32, _correlation: u64) {
 
 extern "C" fn kernel_done(correlation: u64, start_ns: u64, end_ns: u64, stream_id: u32) {
     guarded(|| {
-        if let Some(rec) = recorder::get() {
+        if let Some(rec) = recording() {
             rec.complete(&Completion {
                 correlation,
                 start_ns,
                 end_ns,
                 stream_id,
                 device: 0,
+                graph_node: 0,
             });
         }
     });

@@ -155,6 +155,12 @@ pub struct CUfunc_st {
 pub type CUfunction = *mut CUfunc_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct CUkern_st {
+    _unused: [u8; 0],
+}
+pub type CUkernel = *mut CUkern_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUevent_st {
     _unused: [u8; 0],
 }
@@ -165,6 +171,18 @@ pub struct CUstream_st {
     _unused: [u8; 0],
 }
 pub type CUstream = *mut CUstream_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUgraph_st {
+    _unused: [u8; 0],
+}
+pub type CUgraph = *mut CUgraph_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUgraphNode_st {
+    _unused: [u8; 0],
+}
+pub type CUgraphNode = *mut CUgraphNode_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUgraphExec_st {
@@ -231,6 +249,109 @@ impl Default for CUaccessPolicyWindow_st {
 pub type CUaccessPolicyWindow_v1 = CUaccessPolicyWindow_st;
 #[doc = " Access policy window"]
 pub type CUaccessPolicyWindow = CUaccessPolicyWindow_v1;
+#[doc = " GPU kernel node parameters"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    #[doc = "< Kernel to launch"]
+    pub func: CUfunction,
+    #[doc = "< Width of grid in blocks"]
+    pub gridDimX: ::std::os::raw::c_uint,
+    #[doc = "< Height of grid in blocks"]
+    pub gridDimY: ::std::os::raw::c_uint,
+    #[doc = "< Depth of grid in blocks"]
+    pub gridDimZ: ::std::os::raw::c_uint,
+    #[doc = "< X dimension of each thread block"]
+    pub blockDimX: ::std::os::raw::c_uint,
+    #[doc = "< Y dimension of each thread block"]
+    pub blockDimY: ::std::os::raw::c_uint,
+    #[doc = "< Z dimension of each thread block"]
+    pub blockDimZ: ::std::os::raw::c_uint,
+    #[doc = "< Dynamic shared-memory size per thread block in bytes"]
+    pub sharedMemBytes: ::std::os::raw::c_uint,
+    #[doc = "< Array of pointers to kernel parameters"]
+    pub kernelParams: *mut *mut ::std::os::raw::c_void,
+    #[doc = "< Extra options"]
+    pub extra: *mut *mut ::std::os::raw::c_void,
+    #[doc = "< Kernel to launch, will only be referenced if func is NULL"]
+    pub kern: CUkernel,
+    #[doc = "< Context for the kernel task to run in. The value NULL will indicate the current context should be used by the api. This field is ignored if func is set."]
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUDA_KERNEL_NODE_PARAMS_v2_st"]
+        [::std::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v2_st>() - 72usize];
+    ["Alignment of CUDA_KERNEL_NODE_PARAMS_v2_st"]
+        [::std::mem::align_of::<CUDA_KERNEL_NODE_PARAMS_v2_st>() - 8usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::func"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, func) - 0usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimX"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimX) - 8usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimY"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimY) - 12usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimZ"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimZ) - 16usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimX"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimX) - 20usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimY"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimY) - 24usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimZ"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimZ) - 28usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::sharedMemBytes"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, sharedMemBytes) - 32usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::kernelParams"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, kernelParams) - 40usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::extra"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, extra) - 48usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::kern"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, kern) - 56usize];
+    ["Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::ctx"]
+        [::std::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, ctx) - 64usize];
+};
+impl Default for CUDA_KERNEL_NODE_PARAMS_v2_st {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " GPU kernel node parameters"]
+pub type CUDA_KERNEL_NODE_PARAMS_v2 = CUDA_KERNEL_NODE_PARAMS_v2_st;
+#[doc = "< GPU kernel node"]
+pub const CU_GRAPH_NODE_TYPE_KERNEL: CUgraphNodeType_enum = 0;
+#[doc = "< Memcpy node"]
+pub const CU_GRAPH_NODE_TYPE_MEMCPY: CUgraphNodeType_enum = 1;
+#[doc = "< Memset node"]
+pub const CU_GRAPH_NODE_TYPE_MEMSET: CUgraphNodeType_enum = 2;
+#[doc = "< Host (executable) node"]
+pub const CU_GRAPH_NODE_TYPE_HOST: CUgraphNodeType_enum = 3;
+#[doc = "< Node which executes an embedded graph"]
+pub const CU_GRAPH_NODE_TYPE_GRAPH: CUgraphNodeType_enum = 4;
+#[doc = "< Empty (no-op) node"]
+pub const CU_GRAPH_NODE_TYPE_EMPTY: CUgraphNodeType_enum = 5;
+#[doc = "< External event wait node"]
+pub const CU_GRAPH_NODE_TYPE_WAIT_EVENT: CUgraphNodeType_enum = 6;
+#[doc = "< External event record node"]
+pub const CU_GRAPH_NODE_TYPE_EVENT_RECORD: CUgraphNodeType_enum = 7;
+#[doc = "< External semaphore signal node"]
+pub const CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL: CUgraphNodeType_enum = 8;
+#[doc = "< External semaphore wait node"]
+pub const CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT: CUgraphNodeType_enum = 9;
+#[doc = "< Memory Allocation Node"]
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: CUgraphNodeType_enum = 10;
+#[doc = "< Memory Free Node"]
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: CUgraphNodeType_enum = 11;
+#[doc = "< Batch MemOp Node"]
+pub const CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: CUgraphNodeType_enum = 12;
+#[doc = "< Conditional Node\n\nMay be used to implement a conditional execution path or loop\ninside of a graph. The graph(s) contained within the body of the conditional node\ncan be selectively executed or iterated upon based on the value of a conditional\nvariable.\n\nHandles must be created in advance of creating the node\nusing ::cuGraphConditionalHandleCreate.\n\nThe following restrictions apply to graphs which contain conditional nodes:\nThe graph cannot be used in a child node.\nOnly one instantiation of the graph may exist at any point in time.\nThe graph cannot be cloned.\n\nTo set the control value, supply a default value when creating the handle and/or\ncall ::cudaGraphSetConditional from device code."]
+pub const CU_GRAPH_NODE_TYPE_CONDITIONAL: CUgraphNodeType_enum = 13;
+#[doc = " Graph node types"]
+pub type CUgraphNodeType_enum = ::std::os::raw::c_uint;
+#[doc = " Graph node types"]
+pub use self::CUgraphNodeType_enum as CUgraphNodeType;
 pub const CU_SYNC_POLICY_AUTO: CUsynchronizationPolicy_enum = 1;
 pub const CU_SYNC_POLICY_SPIN: CUsynchronizationPolicy_enum = 2;
 pub const CU_SYNC_POLICY_YIELD: CUsynchronizationPolicy_enum = 3;
@@ -744,6 +865,56 @@ pub const CUPTI_CB_DOMAIN_SIZE: CUpti_CallbackDomain = 7;
 pub const CUPTI_CB_DOMAIN_FORCE_INT: CUpti_CallbackDomain = 2147483647;
 #[doc = " \\brief Callback domains.\n\n Callback domains. Each domain represents callback points for a\n group of related API functions or CUDA driver activity."]
 pub type CUpti_CallbackDomain = ::std::os::raw::c_uint;
+#[doc = " Invalid resource callback ID."]
+pub const CUPTI_CBID_RESOURCE_INVALID: CUpti_CallbackIdResource = 0;
+#[doc = " A new context has been created."]
+pub const CUPTI_CBID_RESOURCE_CONTEXT_CREATED: CUpti_CallbackIdResource = 1;
+#[doc = " A context is about to be destroyed."]
+pub const CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING: CUpti_CallbackIdResource = 2;
+#[doc = " A new stream has been created."]
+pub const CUPTI_CBID_RESOURCE_STREAM_CREATED: CUpti_CallbackIdResource = 3;
+#[doc = " A stream is about to be destroyed."]
+pub const CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING: CUpti_CallbackIdResource = 4;
+#[doc = " The driver has finished initializing."]
+pub const CUPTI_CBID_RESOURCE_CU_INIT_FINISHED: CUpti_CallbackIdResource = 5;
+#[doc = " A module has been loaded."]
+pub const CUPTI_CBID_RESOURCE_MODULE_LOADED: CUpti_CallbackIdResource = 6;
+#[doc = " A module is about to be unloaded."]
+pub const CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING: CUpti_CallbackIdResource = 7;
+#[doc = " The current module which is being profiled."]
+pub const CUPTI_CBID_RESOURCE_MODULE_PROFILED: CUpti_CallbackIdResource = 8;
+#[doc = " CUDA graph has been created."]
+pub const CUPTI_CBID_RESOURCE_GRAPH_CREATED: CUpti_CallbackIdResource = 9;
+#[doc = " CUDA graph is about to be destroyed."]
+pub const CUPTI_CBID_RESOURCE_GRAPH_DESTROY_STARTING: CUpti_CallbackIdResource = 10;
+#[doc = " CUDA graph is cloned."]
+pub const CUPTI_CBID_RESOURCE_GRAPH_CLONED: CUpti_CallbackIdResource = 11;
+#[doc = " CUDA graph node is about to be created"]
+pub const CUPTI_CBID_RESOURCE_GRAPHNODE_CREATE_STARTING: CUpti_CallbackIdResource = 12;
+#[doc = " CUDA graph node is created."]
+pub const CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED: CUpti_CallbackIdResource = 13;
+#[doc = " CUDA graph node is about to be destroyed."]
+pub const CUPTI_CBID_RESOURCE_GRAPHNODE_DESTROY_STARTING: CUpti_CallbackIdResource = 14;
+#[doc = " Dependency on a CUDA graph node is created."]
+pub const CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_CREATED: CUpti_CallbackIdResource = 15;
+#[doc = " Dependency on a CUDA graph node is destroyed."]
+pub const CUPTI_CBID_RESOURCE_GRAPHNODE_DEPENDENCY_DESTROY_STARTING: CUpti_CallbackIdResource = 16;
+#[doc = " An executable CUDA graph is about to be created."]
+pub const CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATE_STARTING: CUpti_CallbackIdResource = 17;
+#[doc = " An executable CUDA graph is created."]
+pub const CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED: CUpti_CallbackIdResource = 18;
+#[doc = " An executable CUDA graph is about to be destroyed."]
+pub const CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING: CUpti_CallbackIdResource = 19;
+#[doc = " CUDA graph node is cloned."]
+pub const CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED: CUpti_CallbackIdResource = 20;
+#[doc = " CUDA stream attribute is changed."]
+pub const CUPTI_CBID_RESOURCE_STREAM_ATTRIBUTE_CHANGED: CUpti_CallbackIdResource = 21;
+#[doc = " CUDA stream attribute is changed."]
+pub const CUPTI_CBID_RESOURCE_SIZE: CUpti_CallbackIdResource = 22;
+#[doc = " CUDA stream attribute is changed."]
+pub const CUPTI_CBID_RESOURCE_FORCE_INT: CUpti_CallbackIdResource = 2147483647;
+#[doc = " \\brief Callback IDs for resource domain.\n\n Callback IDs for resource domain, CUPTI_CB_DOMAIN_RESOURCE.  This\n value is communicated to the callback function via the \\p cbid\n parameter."]
+pub type CUpti_CallbackIdResource = ::std::os::raw::c_uint;
 #[doc = " \\brief Data passed into a runtime or driver API callback function.\n\n Data passed into a runtime or driver API callback function as the\n \\p cbdata argument to \\ref CUpti_CallbackFunc. The \\p cbdata will\n be this type for \\p domain equal to CUPTI_CB_DOMAIN_DRIVER_API or\n CUPTI_CB_DOMAIN_RUNTIME_API. The callback data is valid only within\n the invocation of the callback function that is passed the data. If\n you need to retain some data for use outside of the callback, you\n must make a copy of that data. For example, if you make a shallow\n copy of CUpti_CallbackData within a callback, you cannot\n dereference \\p functionParams outside of that callback to access\n the function parameters. \\p functionName is an exception: the\n string pointed to by \\p functionName is a global constant and so\n may be accessed outside of the callback."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -791,6 +962,107 @@ const _: () = {
         [::std::mem::offset_of!(CUpti_CallbackData, correlationId) - 64usize];
 };
 impl Default for CUpti_CallbackData {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Data passed into a resource callback function.\n\n Data passed into a resource callback function as the \\p cbdata\n argument to \\ref CUpti_CallbackFunc. The \\p cbdata will be this\n type for \\p domain equal to CUPTI_CB_DOMAIN_RESOURCE. The callback\n data is valid only within the invocation of the callback function\n that is passed the data. If you need to retain some data for use\n outside of the callback, you must make a copy of that data."]
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct CUpti_ResourceData {
+    #[doc = " For CUPTI_CBID_RESOURCE_CONTEXT_CREATED and\n CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, the context being\n created or destroyed. For CUPTI_CBID_RESOURCE_STREAM_CREATED and\n CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING, the context\n containing the stream being created or destroyed."]
+    pub context: CUcontext,
+    pub resourceHandle: CUpti_ResourceData__bindgen_ty_1,
+    #[doc = " Reserved for future use."]
+    pub resourceDescriptor: *mut ::std::os::raw::c_void,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union CUpti_ResourceData__bindgen_ty_1 {
+    #[doc = " For CUPTI_CBID_RESOURCE_STREAM_CREATED and\n CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING, the stream being\n created or destroyed."]
+    pub stream: CUstream,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_ResourceData__bindgen_ty_1"]
+        [::std::mem::size_of::<CUpti_ResourceData__bindgen_ty_1>() - 8usize];
+    ["Alignment of CUpti_ResourceData__bindgen_ty_1"]
+        [::std::mem::align_of::<CUpti_ResourceData__bindgen_ty_1>() - 8usize];
+    ["Offset of field: CUpti_ResourceData__bindgen_ty_1::stream"]
+        [::std::mem::offset_of!(CUpti_ResourceData__bindgen_ty_1, stream) - 0usize];
+};
+impl Default for CUpti_ResourceData__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_ResourceData"][::std::mem::size_of::<CUpti_ResourceData>() - 24usize];
+    ["Alignment of CUpti_ResourceData"][::std::mem::align_of::<CUpti_ResourceData>() - 8usize];
+    ["Offset of field: CUpti_ResourceData::context"]
+        [::std::mem::offset_of!(CUpti_ResourceData, context) - 0usize];
+    ["Offset of field: CUpti_ResourceData::resourceHandle"]
+        [::std::mem::offset_of!(CUpti_ResourceData, resourceHandle) - 8usize];
+    ["Offset of field: CUpti_ResourceData::resourceDescriptor"]
+        [::std::mem::offset_of!(CUpti_ResourceData, resourceDescriptor) - 16usize];
+};
+impl Default for CUpti_ResourceData {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief CUDA graphs data passed into a resource callback function.\n\n CUDA graphs data passed into a resource callback function as the \\p cbdata\n argument to \\ref CUpti_CallbackFunc. The \\p cbdata will be this\n type for \\p domain equal to CUPTI_CB_DOMAIN_RESOURCE. The graph\n data is valid only within the invocation of the callback function\n that is passed the data. If you need to retain some data for use\n outside of the callback, you must make a copy of that data."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_GraphData {
+    #[doc = " CUDA graph"]
+    pub graph: CUgraph,
+    #[doc = " The original CUDA graph from which \\param graph is cloned"]
+    pub originalGraph: CUgraph,
+    #[doc = " CUDA graph node"]
+    pub node: CUgraphNode,
+    #[doc = " The original CUDA graph node from which \\param node is cloned"]
+    pub originalNode: CUgraphNode,
+    #[doc = " Type of the \\param node"]
+    pub nodeType: CUgraphNodeType,
+    #[doc = " The dependent graph node\n The size of the array is \\param numDependencies."]
+    pub dependency: CUgraphNode,
+    #[doc = " CUDA executable graph"]
+    pub graphExec: CUgraphExec,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_GraphData"][::std::mem::size_of::<CUpti_GraphData>() - 56usize];
+    ["Alignment of CUpti_GraphData"][::std::mem::align_of::<CUpti_GraphData>() - 8usize];
+    ["Offset of field: CUpti_GraphData::graph"]
+        [::std::mem::offset_of!(CUpti_GraphData, graph) - 0usize];
+    ["Offset of field: CUpti_GraphData::originalGraph"]
+        [::std::mem::offset_of!(CUpti_GraphData, originalGraph) - 8usize];
+    ["Offset of field: CUpti_GraphData::node"]
+        [::std::mem::offset_of!(CUpti_GraphData, node) - 16usize];
+    ["Offset of field: CUpti_GraphData::originalNode"]
+        [::std::mem::offset_of!(CUpti_GraphData, originalNode) - 24usize];
+    ["Offset of field: CUpti_GraphData::nodeType"]
+        [::std::mem::offset_of!(CUpti_GraphData, nodeType) - 32usize];
+    ["Offset of field: CUpti_GraphData::dependency"]
+        [::std::mem::offset_of!(CUpti_GraphData, dependency) - 40usize];
+    ["Offset of field: CUpti_GraphData::graphExec"]
+        [::std::mem::offset_of!(CUpti_GraphData, graphExec) - 48usize];
+};
+impl Default for CUpti_GraphData {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -2748,6 +3020,11 @@ pub struct Cupti {
         perThreadStream: u8,
         streamId: *mut u32,
     ) -> CUptiResult,
+    pub cuptiGetGraphNodeId:
+        unsafe extern "C" fn(node: CUgraphNode, nodeId: *mut u64) -> CUptiResult,
+    pub cuptiGetGraphId: unsafe extern "C" fn(graph: CUgraph, pId: *mut u32) -> CUptiResult,
+    pub cuptiGetGraphExecId:
+        unsafe extern "C" fn(graphExec: CUgraphExec, pId: *mut u32) -> CUptiResult,
     pub cuptiActivityEnable: unsafe extern "C" fn(kind: CUpti_ActivityKind) -> CUptiResult,
     pub cuptiActivityDisable: unsafe extern "C" fn(kind: CUpti_ActivityKind) -> CUptiResult,
     pub cuptiActivityGetNumDroppedRecords:
@@ -2787,6 +3064,9 @@ impl Cupti {
         let cuptiEnableDomain = __library.get(b"cuptiEnableDomain\0").map(|sym| *sym)?;
         let cuptiGetTimestamp = __library.get(b"cuptiGetTimestamp\0").map(|sym| *sym)?;
         let cuptiGetStreamIdEx = __library.get(b"cuptiGetStreamIdEx\0").map(|sym| *sym)?;
+        let cuptiGetGraphNodeId = __library.get(b"cuptiGetGraphNodeId\0").map(|sym| *sym)?;
+        let cuptiGetGraphId = __library.get(b"cuptiGetGraphId\0").map(|sym| *sym)?;
+        let cuptiGetGraphExecId = __library.get(b"cuptiGetGraphExecId\0").map(|sym| *sym)?;
         let cuptiActivityEnable = __library.get(b"cuptiActivityEnable\0").map(|sym| *sym)?;
         let cuptiActivityDisable = __library.get(b"cuptiActivityDisable\0").map(|sym| *sym)?;
         let cuptiActivityGetNumDroppedRecords = __library
@@ -2813,6 +3093,9 @@ impl Cupti {
             cuptiEnableDomain,
             cuptiGetTimestamp,
             cuptiGetStreamIdEx,
+            cuptiGetGraphNodeId,
+            cuptiGetGraphId,
+            cuptiGetGraphExecId,
             cuptiActivityEnable,
             cuptiActivityDisable,
             cuptiActivityGetNumDroppedRecords,
@@ -2880,6 +3163,18 @@ impl Cupti {
         streamId: *mut u32,
     ) -> CUptiResult {
         (self.cuptiGetStreamIdEx)(context, stream, perThreadStream, streamId)
+    }
+    #[doc = " \\brief Get the unique ID of a graph node\n\n Returns the unique ID of the CUDA graph node.\n\n \\param node The graph node.\n \\param nodeId Returns the unique ID of the node\n\n \\retval CUPTI_SUCCESS\n \\retval CUPTI_ERROR_NOT_INITIALIZED\n \\retval CUPTI_ERROR_INVALID_PARAMETER if \\p node is NULL"]
+    pub unsafe fn cuptiGetGraphNodeId(&self, node: CUgraphNode, nodeId: *mut u64) -> CUptiResult {
+        (self.cuptiGetGraphNodeId)(node, nodeId)
+    }
+    #[doc = " \\brief Get the unique ID of graph\n\n Returns the unique ID of CUDA graph.\n\n \\param graph The graph.\n \\param pId Returns the unique ID of the graph\n\n \\retval CUPTI_SUCCESS\n \\retval CUPTI_ERROR_NOT_INITIALIZED\n \\retval CUPTI_ERROR_INVALID_PARAMETER if \\p graph is NULL"]
+    pub unsafe fn cuptiGetGraphId(&self, graph: CUgraph, pId: *mut u32) -> CUptiResult {
+        (self.cuptiGetGraphId)(graph, pId)
+    }
+    #[doc = " \\brief Get the unique ID of executable graph\n\n Returns the unique ID of executable CUDA graph.\n\n \\param graphExec The executable graph.\n \\param pId Returns the unique ID of the executable graph\n\n \\retval CUPTI_SUCCESS\n \\retval CUPTI_ERROR_NOT_INITIALIZED\n \\retval CUPTI_ERROR_INVALID_PARAMETER if \\p graph is NULL"]
+    pub unsafe fn cuptiGetGraphExecId(&self, graphExec: CUgraphExec, pId: *mut u32) -> CUptiResult {
+        (self.cuptiGetGraphExecId)(graphExec, pId)
     }
     #[doc = " \\brief Enable collection of a specific kind of activity record.\n\n Enable collection of a specific kind of activity record. Multiple\n kinds can be enabled by calling this function multiple times. By\n default all activity kinds are disabled for collection.\n\n \\param kind The kind of activity record to collect\n\n \\retval CUPTI_SUCCESS\n \\retval CUPTI_ERROR_NOT_INITIALIZED\n \\retval CUPTI_ERROR_NOT_COMPATIBLE if the activity kind cannot be enabled\n \\retval CUPTI_ERROR_INVALID_KIND if the activity kind is not supported"]
     pub unsafe fn cuptiActivityEnable(&self, kind: CUpti_ActivityKind) -> CUptiResult {

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! [Header 256 B][ThreadSlot × threads_cap][InflightSlot × inflight_cap]
-//! [RingRecord × ring_cap][NameSlot × names_cap]
+//! [RingRecord × ring_cap][NameSlot × names_cap][GraphSlot × graphs_cap]
 //! ```
 //! Concurrency: each section has its own protocol, all with atomics on naturally aligned
 //! fields, so a reader never blocks a writer:
@@ -20,6 +20,9 @@
 //! - `RingRecord`: index = `ring_head.fetch_add(1)`; `seq` = 2·index+1 while written,
 //!   2·index+2 when complete: a reader checks it before and after copying.
 //! - `NameSlot`: claimed by CAS on `hash` (0 = empty); `len` is stored last (0 = not ready).
+//! - `GraphSlot`: claimed by CAS on `key` (0 = empty); `kind` is stored last (0 = not ready).
+//! - `Header::control`: the one word the *reader* writes (a request to the shim, see
+//!   `CONTROL_RELEASE`); the shim polls it from its flush thread.
 
 /// A process's journal file is `{FILE_PREFIX}{pid}{FILE_SUFFIX}`: the shim creates it, and
 /// wedgeprobe recognises it in the process's memory map.
@@ -27,13 +30,20 @@ pub const FILE_PREFIX: &str = "/dev/shm/wedgeprobe-";
 pub const FILE_SUFFIX: &str = ".journal";
 
 /// `b"WPJRNL"` then the format's major version.
-pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x01";
-pub const VERSION: u32 = 1;
+pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x02";
+/// 2: CUDA graph table, `InflightSlot::nodes_pending`, `Header::control`.
+pub const VERSION: u32 = 2;
 
 /// `Header::state`.
 pub const STATE_RECORDING: u32 = 1;
 /// The shim turned itself off (disabled, failed, or released CUPTI for a profiler).
 pub const STATE_OFF: u32 = 2;
+/// The shim gave CUPTI back (so torch.profiler / Nsight can subscribe): nothing is recorded
+/// from then on; the journal stays readable (threads' slots and what was in flight).
+pub const STATE_RELEASED: u32 = 3;
+
+/// `Header::control` bit: wedgeprobe asks the shim to release CUPTI (`wedgeprobe release`).
+pub const CONTROL_RELEASE: u64 = 1;
 
 /// Indexes into `Header::drops`: everything the writer could not record.
 pub mod drops {
@@ -44,6 +54,8 @@ pub mod drops {
     pub const COMPLETION_UNMATCHED: usize = 3;
     /// Activity records CUPTI reported as dropped.
     pub const ACTIVITY_DROPPED: usize = 4;
+    /// A CUDA graph node or executable graph that did not fit the graph table.
+    pub const GRAPHS_FULL: usize = 5;
     pub const LEN: usize = 8;
     pub const NAMES: [&str; LEN] = [
         "threads_full",
@@ -51,7 +63,7 @@ pub mod drops {
         "names_full",
         "completion_unmatched",
         "activity_dropped",
-        "reserved5",
+        "graphs_full",
         "reserved6",
         "reserved7",
     ];
@@ -89,7 +101,12 @@ pub struct Header {
     pub ring_head: u64,
     /// Counters indexed by `drops::*` (atomic).
     pub drops: [u64; drops::LEN],
-    pub _reserved: [u64; 8],
+    pub graphs_off: u64,
+    pub graphs_cap: u32,
+    pub graph_slot_size: u32,
+    /// `CONTROL_*` requests from wedgeprobe (atomic; the only word the reader writes).
+    pub control: u64,
+    pub _reserved: [u64; 5],
 }
 
 #[repr(C)]
@@ -126,7 +143,11 @@ pub struct InflightSlot {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub cluster: [u32; 3],
+    /// Graph launches: CUPTI's id of the executable graph (0 otherwise).
     pub graph_id: u32,
+    /// Graph launches: kernel nodes not completed yet (atomic; 0 = unknown or not a graph).
+    pub nodes_pending: u32,
+    pub _pad: u32,
 }
 
 /// `RingRecord::kind`.
@@ -137,6 +158,12 @@ pub const RECORD_KERNEL_DONE: u32 = 2;
 /// completed. Retires launches whose completion record CUPTI never delivered (a forced flush
 /// hands back a still-running kernel's record unfinished, and never again).
 pub const RECORD_SYNCED: u32 = 3;
+/// A kernel node of a graph launch completed: `correlation` is the graph launch's, `stream`
+/// holds CUPTI's graph node id (not a stream handle), `name_id` the node's kernel.
+pub const RECORD_NODE_DONE: u32 = 4;
+/// A launch made while its stream was being captured into a graph: it never runs as such
+/// (it became a graph node), so it leaves the in-flight table.
+pub const RECORD_CAPTURED: u32 = 5;
 pub const ALL_STREAMS: u64 = u64::MAX;
 
 #[repr(C)]
@@ -173,6 +200,30 @@ pub struct NameSlot {
     pub bytes: [u8; NAME_BYTES],
 }
 
+/// `GraphSlot::kind`.
+pub const GRAPH_KERNEL_NODE: u32 = 1;
+pub const GRAPH_EXEC: u32 = 2;
+/// Executable graphs' keys carry this bit so they never collide with node ids.
+pub const GRAPH_EXEC_KEY: u64 = 1 << 62;
+
+/// What CUPTI's resource callbacks said about CUDA graphs: kernel nodes (with their kernel) and
+/// executable graphs (with the graph they were instantiated from), so a stuck graph launch can
+/// be broken down into the nodes that have not completed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphSlot {
+    /// Kernel node: CUPTI's node id. Exec: its id | `GRAPH_EXEC_KEY` (atomic; 0 = free).
+    pub key: u64,
+    /// Kernel node: the node it was cloned from (0 = not a clone). Exec: its kernel nodes.
+    pub original: u64,
+    /// Kernel node: its graph's id. Exec: the id of the graph it was instantiated from.
+    pub graph_id: u32,
+    pub name_id: u32,
+    /// `GRAPH_*` (atomic, written last; 0 = being written).
+    pub kind: u32,
+    pub _pad: u32,
+}
+
 /// FNV-1a 64, with 0 mapped to 1 (0 marks an empty name slot).
 pub fn name_hash(name: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -190,17 +241,19 @@ pub struct Layout {
     pub inflight_cap: u32,
     pub ring_cap: u32,
     pub names_cap: u32,
+    pub graphs_cap: u32,
 }
 
 impl Layout {
     /// Defaults: 1,024 threads, 8,192 in-flight launches (8 streams × a full 1,021-deep
-    /// queue), a 16,384-record ring (the last ~0.2 s of a launch-bound loop), 4,096 names:
-    /// 2.7 MiB in all.
+    /// queue), a 16,384-record ring (the last ~0.2 s of a launch-bound loop), 4,096 names,
+    /// 4,096 graph nodes and executable graphs: 2.9 MiB in all.
     pub const DEFAULT: Layout = Layout {
         threads_cap: 1024,
         inflight_cap: 8192,
         ring_cap: 16384,
         names_cap: 4096,
+        graphs_cap: 4096,
     };
 
     pub const fn threads_off(&self) -> u64 {
@@ -215,8 +268,11 @@ impl Layout {
     pub const fn names_off(&self) -> u64 {
         self.ring_off() + self.ring_cap as u64 * core::mem::size_of::<RingRecord>() as u64
     }
-    pub const fn total_size(&self) -> u64 {
+    pub const fn graphs_off(&self) -> u64 {
         self.names_off() + self.names_cap as u64 * core::mem::size_of::<NameSlot>() as u64
+    }
+    pub const fn total_size(&self) -> u64 {
+        self.graphs_off() + self.graphs_cap as u64 * core::mem::size_of::<GraphSlot>() as u64
     }
 
     /// The header a writer of this layout starts with.
@@ -245,7 +301,11 @@ impl Layout {
             name_slot_size: core::mem::size_of::<NameSlot>() as u32,
             ring_head: 0,
             drops: [0; drops::LEN],
-            _reserved: [0; 8],
+            graphs_off: self.graphs_off(),
+            graphs_cap: self.graphs_cap,
+            graph_slot_size: core::mem::size_of::<GraphSlot>() as u32,
+            control: 0,
+            _reserved: [0; 5],
         }
     }
 }
@@ -293,12 +353,14 @@ impl Header {
             inflight_cap: self.inflight_cap,
             ring_cap: self.ring_cap,
             names_cap: self.names_cap,
+            graphs_cap: self.graphs_cap,
         };
         if [
             layout.threads_cap,
             layout.inflight_cap,
             layout.ring_cap,
             layout.names_cap,
+            layout.graphs_cap,
         ]
         .iter()
         .any(|&c| c == 0 || c > 1 << 20)
@@ -306,7 +368,7 @@ impl Header {
             return Err(HeaderError::Inconsistent { field: "capacity" });
         }
         let expected = layout.header(self.pid, 0, 0);
-        let checks: [(&'static str, bool); 10] = [
+        let checks: [(&'static str, bool); 12] = [
             ("header_size", self.header_size == expected.header_size),
             (
                 "thread_slot_size",
@@ -328,6 +390,11 @@ impl Header {
             ("inflight_off", self.inflight_off == expected.inflight_off),
             ("ring_off", self.ring_off == expected.ring_off),
             ("names_off", self.names_off == expected.names_off),
+            ("graphs_off", self.graphs_off == expected.graphs_off),
+            (
+                "graph_slot_size",
+                self.graph_slot_size == expected.graph_slot_size,
+            ),
             ("total_size", self.total_size == expected.total_size),
         ];
         if let Some((field, _)) = checks.iter().find(|(_, ok)| !ok) {
@@ -356,12 +423,14 @@ mod tests {
         assert_eq!(size_of::<Header>(), 256);
         assert_eq!(offset_of!(Header, ring_head), 120);
         assert_eq!(size_of::<ThreadSlot>(), 32);
-        assert_eq!(size_of::<InflightSlot>(), 88);
+        assert_eq!(size_of::<InflightSlot>(), 96);
+        assert_eq!(size_of::<GraphSlot>(), 32);
+        assert_eq!(offset_of!(Header, control), 208);
         assert_eq!(size_of::<RingRecord>(), 64);
         assert_eq!(size_of::<NameSlot>(), 256);
         assert_eq!(
             Layout::DEFAULT.total_size(),
-            256 + 32 * 1024 + 88 * 8192 + 64 * 16384 + 256 * 4096
+            256 + 32 * 1024 + 96 * 8192 + 64 * 16384 + 256 * 4096 + 32 * 4096
         );
     }
 
@@ -389,10 +458,10 @@ mod tests {
         bad.magic[0] = b'X';
         assert_eq!(bad.validate(l.total_size()), Err(HeaderError::BadMagic));
         let mut bad = h;
-        bad.version = 2;
+        bad.version = 1;
         assert_eq!(
             bad.validate(l.total_size()),
-            Err(HeaderError::UnsupportedVersion { version: 2 })
+            Err(HeaderError::UnsupportedVersion { version: 1 })
         );
     }
 

@@ -26,6 +26,11 @@ pub enum Command {
     Run(RunArgs),
     /// Print the path to put in CUDA_INJECTION64_PATH (the shim next to this binary).
     ShimPath,
+    /// Make a process's shim give CUPTI back, so torch.profiler / Nsight can subscribe.
+    Release {
+        #[arg(long, value_name = "PID")]
+        pid: u32,
+    },
 }
 
 #[derive(Args, Debug)]

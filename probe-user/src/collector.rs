@@ -120,6 +120,8 @@ impl Collector {
                     path: journal.path.clone(),
                     status: if view.shim_off() {
                         "shim_off"
+                    } else if view.shim_released() {
+                        "released"
                     } else {
                         "recording"
                     }

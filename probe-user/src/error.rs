@@ -13,6 +13,7 @@ pub mod exit {
     pub const PRIVILEGE: u8 = 5;
     pub const TARGET_EXITED: u8 = 6;
     pub const NO_SYMBOLS: u8 = 7;
+    pub const NO_JOURNAL: u8 = 8;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +35,10 @@ pub enum ProbeError {
         "{path} exports none of the CUDA driver entry points wedgeprobe traces (stripped or not libcuda)"
     )]
     NoSymbols { path: PathBuf },
+    #[error(
+        "process {pid} has no wedgeprobe shim journal (not started with CUDA_INJECTION64_PATH set to the shim, or CUDA not initialised yet)"
+    )]
+    NoJournal { pid: u32 },
 }
 
 impl ProbeError {
@@ -44,6 +49,7 @@ impl ProbeError {
             Self::MissingCapability { .. } => exit::PRIVILEGE,
             Self::TargetExited { .. } => exit::TARGET_EXITED,
             Self::NoSymbols { .. } => exit::NO_SYMBOLS,
+            Self::NoJournal { .. } => exit::NO_JOURNAL,
         }
     }
 }

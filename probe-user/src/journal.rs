@@ -12,8 +12,9 @@ use std::{
 };
 
 use probe_common::journal::{
-    Header, HeaderError, InflightSlot, Layout, NAME_BYTES, NameSlot, RingRecord, STATE_OFF,
-    ThreadSlot, drops,
+    GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_KERNEL_NODE, GraphSlot, Header, HeaderError, InflightSlot,
+    Layout, NAME_BYTES, NameSlot, RingRecord, STATE_OFF, STATE_RELEASED, ThreadSlot, VERSION,
+    drops,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -22,7 +23,9 @@ pub enum JournalError {
     TooShort { len: u64 },
     #[error("not a wedgeprobe journal (bad magic)")]
     BadMagic,
-    #[error("journal format version {version} is not supported (this wedgeprobe reads 1)")]
+    #[error(
+        "journal format version {version} is not supported (this wedgeprobe reads {VERSION}); use the wedgeprobe that matches the shim"
+    )]
     UnsupportedVersion { version: u32 },
     #[error("corrupt journal: `{field}` does not match the layout")]
     Inconsistent { field: &'static str },
@@ -58,6 +61,51 @@ pub struct ThreadInCall {
     pub api: u32,
     pub since_ns: u64,
     pub correlation: u64,
+}
+
+/// A kernel node of a CUDA graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphNode {
+    pub id: u64,
+    /// The node it was cloned from (0 = not a clone).
+    pub original: u64,
+    pub graph_id: u32,
+    pub name_id: u32,
+}
+
+/// The journal's graph table.
+#[derive(Clone, Debug, Default)]
+pub struct Graphs {
+    /// Kernel nodes by id (ids grow in creation order, which for a captured graph is the
+    /// order its kernels were launched in).
+    pub nodes: Vec<GraphNode>,
+    /// (executable graph id, the graph it was instantiated from).
+    pub execs: Vec<(u32, u32)>,
+}
+
+impl Graphs {
+    /// The graph executable `exec_id` was instantiated from.
+    pub fn source_of(&self, exec_id: u32) -> Option<u32> {
+        self.execs.iter().find(|e| e.0 == exec_id).map(|e| e.1)
+    }
+
+    /// Kernel nodes of graph `graph_id` (not clones of them), in id order.
+    pub fn kernel_nodes(&self, graph_id: u32) -> impl Iterator<Item = &GraphNode> {
+        self.nodes
+            .iter()
+            .filter(move |n| n.graph_id == graph_id && n.original == 0)
+    }
+
+    /// The node `id` stands for: its original if it is a clone (bounded: clones of clones).
+    pub fn origin(&self, mut id: u64) -> u64 {
+        for _ in 0..8 {
+            match self.nodes.iter().find(|n| n.id == id) {
+                Some(n) if n.original != 0 && n.original != id => id = n.original,
+                _ => break,
+            }
+        }
+        id
+    }
 }
 
 /// What the ring held past a cursor.
@@ -109,6 +157,44 @@ impl JournalView {
 
     pub fn shim_off(&self) -> bool {
         self.header_now().state == STATE_OFF
+    }
+
+    /// The shim gave CUPTI back to another tool (`wedgeprobe release`): nothing new is
+    /// recorded.
+    pub fn shim_released(&self) -> bool {
+        self.header_now().state == STATE_RELEASED
+    }
+
+    /// Kernel nodes of CUDA graphs and executable graphs, as the shim recorded them
+    /// (consistent, published slots only).
+    pub fn graphs(&self) -> Graphs {
+        let mut g = Graphs::default();
+        for i in 0..self.layout.graphs_cap {
+            let off = self.layout.graphs_off() + i as u64 * size_of::<GraphSlot>() as u64;
+            let key: u64 = self.read(off);
+            if key == 0 {
+                continue;
+            }
+            let a: GraphSlot = self.read(off);
+            let b: GraphSlot = self.read(off);
+            if a != b {
+                continue;
+            }
+            match a.kind {
+                GRAPH_KERNEL_NODE if a.key & GRAPH_EXEC_KEY == 0 => g.nodes.push(GraphNode {
+                    id: a.key,
+                    original: a.original,
+                    graph_id: a.graph_id,
+                    name_id: a.name_id,
+                }),
+                GRAPH_EXEC if a.key & GRAPH_EXEC_KEY != 0 => {
+                    g.execs.push(((a.key & !GRAPH_EXEC_KEY) as u32, a.graph_id));
+                }
+                _ => {}
+            }
+        }
+        g.nodes.sort_by_key(|n| n.id);
+        g
     }
 
     pub fn heartbeat_ns(&self) -> u64 {
@@ -396,6 +482,7 @@ mod tests {
         inflight_cap: 16,
         ring_cap: 32,
         names_cap: 8,
+        graphs_cap: 8,
     };
 
     fn new_journal(layout: Layout) -> (OwnedJournal, Writer) {
@@ -420,6 +507,8 @@ mod tests {
             block: [128, 1, 1],
             cluster: [2, 1, 1],
             graph_id: 0,
+            nodes_pending: 0,
+            _pad: 0,
             seq: 0,
         }
     }
@@ -444,6 +533,7 @@ mod tests {
             end_ns: 12,
             stream_id: 7,
             device: 0,
+            graph_node: 0,
         });
         w.complete(&Completion {
             correlation: 2,
@@ -451,6 +541,7 @@ mod tests {
             end_ns: 22,
             stream_id: 7,
             device: 0,
+            graph_node: 0,
         });
 
         let v = mem.view().unwrap();
@@ -538,6 +629,7 @@ mod tests {
             inflight_cap: 4096,
             ring_cap: 1024,
             names_cap: 64,
+            graphs_cap: 64,
         };
         let (mem, w) = new_journal(layout);
         let w = Arc::new(w);
@@ -559,6 +651,7 @@ mod tests {
                                 end_ns: done * 10 + 1,
                                 stream_id: 7,
                                 device: 0,
+                                graph_node: 0,
                             });
                         }
                     }

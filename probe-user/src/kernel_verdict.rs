@@ -109,9 +109,26 @@ pub fn judge(
 
 /// One line saying what the longest stuck head is, for the verdict's summary.
 pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
+    let what = match &head.graph {
+        Some(g) => match g.not_completed.first() {
+            Some(n) => format!(
+                "graph launch (exec {}): kernel node {} {} has not completed ({} of {} kernel nodes done)",
+                g.exec_id,
+                n.node_id,
+                n.kernel_demangled.as_deref().unwrap_or(&n.kernel),
+                g.completed,
+                g.kernel_nodes
+            ),
+            None => format!("graph launch (exec {}, nodes unknown)", g.exec_id),
+        },
+        None => match &head.kernel_demangled {
+            Some(d) => format!("{d} [{}]", head.kernel),
+            None => head.kernel.clone(),
+        },
+    };
     format!(
         "{} on device {} stream {} (grid {}x{}x{}, block {}x{}x{}) has run ~{} (bound {}), {} launches queued behind it",
-        head.kernel,
+        what,
         head.device,
         head.stream,
         head.grid[0],
@@ -137,6 +154,7 @@ mod tests {
             stream: "0x10".into(),
             stream_id: 7,
             kernel: name.into(),
+            kernel_demangled: None,
             correlation: 1,
             grid: [1; 3],
             block: [1; 3],
@@ -145,6 +163,7 @@ mod tests {
             launched_ms_ago: running_ms,
             running_ms,
             queued_behind: 0,
+            graph: None,
             judgement: None,
         }
     }

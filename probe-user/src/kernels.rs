@@ -6,10 +6,10 @@
 //! its launch and the end of the last completed kernel on the same stream
 //! (../shared/design.md).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use probe_common::journal::{
-    ALL_STREAMS, InflightSlot, RECORD_KERNEL_DONE, RECORD_SYNCED, RingRecord,
+    ALL_STREAMS, InflightSlot, RECORD_KERNEL_DONE, RECORD_NODE_DONE, RECORD_SYNCED, RingRecord,
 };
 use serde::Serialize;
 
@@ -29,6 +29,28 @@ pub struct JournalCursor {
     /// Highest correlation id of a returned synchronize, per stream handle and context-wide.
     synced_through: HashMap<u64, u64>,
     synced_all: u64,
+    /// Graph launches in flight: the node ids (as CUPTI reported them) that completed.
+    nodes_done: HashMap<u64, HashSet<u64>>,
+}
+
+/// A graph launch broken down into its kernel nodes.
+#[derive(Clone, Debug, Serialize)]
+pub struct GraphProgress {
+    /// CUPTI's ids of the executable graph launched and of the graph it came from.
+    pub exec_id: u32,
+    pub graph_id: Option<u32>,
+    pub kernel_nodes: usize,
+    pub completed: usize,
+    /// Kernel nodes with no completion yet, in node order: the first is the one running (or
+    /// stuck) when the graph is a chain.
+    pub not_completed: Vec<GraphNodeView>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GraphNodeView {
+    pub node_id: u64,
+    pub kernel: String,
+    pub kernel_demangled: Option<String>,
 }
 
 /// The head of one stream's queue.
@@ -40,6 +62,8 @@ pub struct StreamHead {
     pub stream: String,
     pub stream_id: u32,
     pub kernel: String,
+    /// The kernel's name demangled (C++ mangled names only).
+    pub kernel_demangled: Option<String>,
     pub correlation: u64,
     pub grid: [u32; 3],
     pub block: [u32; 3],
@@ -50,6 +74,9 @@ pub struct StreamHead {
     /// Since max(launch, previous kernel's end on the stream): an estimate.
     pub running_ms: f64,
     pub queued_behind: usize,
+    /// Graph launches: which kernel nodes have not completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphProgress>,
     /// `state` (stuck / suspect / running), `bound_ms`, `collective`: set by the verdict.
     #[serde(flatten)]
     pub judgement: Option<crate::kernel_verdict::KernelJudgement>,
@@ -72,22 +99,41 @@ impl JournalCursor {
         let done: Vec<RingRecord> = read
             .records
             .into_iter()
-            .filter(|r| r.kind == RECORD_KERNEL_DONE)
+            .filter(|r| r.kind == RECORD_KERNEL_DONE || r.kind == RECORD_NODE_DONE)
             .collect();
         for r in &done {
             let e = self.last_end.entry(r.stream_id).or_insert(0);
             *e = (*e).max(r.end_ns);
+            // A graph node's completion proves everything launched before its graph launch
+            // done, not the graph launch itself (its other nodes may still run).
+            let through = if r.kind == RECORD_NODE_DONE {
+                self.nodes_done
+                    .entry(r.correlation)
+                    .or_default()
+                    .insert(r.stream);
+                r.correlation.saturating_sub(1)
+            } else {
+                r.correlation
+            };
             let d = self.done_through.entry(r.stream_id).or_insert(0);
-            *d = (*d).max(r.correlation);
+            *d = (*d).max(through);
         }
         self.completed += done.len() as u64;
         done
     }
 
     /// The oldest in-flight kernel of every stream, longest running first.
-    pub fn heads(&self, pid: u32, view: &JournalView, now_ns: u64) -> Vec<StreamHead> {
+    pub fn heads(&mut self, pid: u32, view: &JournalView, now_ns: u64) -> Vec<StreamHead> {
         let mut by_stream: HashMap<(u32, u64), Vec<InflightSlot>> = HashMap::new();
-        for s in view.inflight() {
+        let inflight = view.inflight();
+        // Node completions are kept only while their graph launch is in flight.
+        self.nodes_done
+            .retain(|c, _| inflight.iter().any(|s| s.correlation == *c));
+        let graphs = inflight
+            .iter()
+            .any(|s| s.graph_id != 0)
+            .then(|| view.graphs());
+        for s in inflight {
             let retired = s.correlation <= self.synced_all
                 || self
                     .synced_through
@@ -109,12 +155,16 @@ impl JournalCursor {
                 let since = h
                     .launch_ns
                     .max(self.last_end.get(&h.stream_id).copied().unwrap_or(0));
+                let kernel = view.name(h.name_id).unwrap_or_else(|| "?".into());
+                let graph = (h.graph_id != 0)
+                    .then(|| self.graph_progress(view, graphs.as_ref(), h.graph_id, h.correlation));
                 Some(StreamHead {
                     pid,
                     device: h.device,
                     stream: format!("{:#x}", h.stream),
                     stream_id: h.stream_id,
-                    kernel: view.name(h.name_id).unwrap_or_else(|| "?".into()),
+                    kernel_demangled: demangle(&kernel),
+                    kernel,
                     correlation: h.correlation,
                     grid: h.grid,
                     block: h.block,
@@ -123,6 +173,7 @@ impl JournalCursor {
                     launched_ms_ago: now_ns.saturating_sub(h.launch_ns) as f64 / 1e6,
                     running_ms: now_ns.saturating_sub(since) as f64 / 1e6,
                     queued_behind: q.len() - 1,
+                    graph,
                     judgement: None,
                 })
             })
@@ -130,6 +181,57 @@ impl JournalCursor {
         heads.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
         heads
     }
+
+    fn graph_progress(
+        &self,
+        view: &JournalView,
+        graphs: Option<&crate::journal::Graphs>,
+        exec_id: u32,
+        correlation: u64,
+    ) -> GraphProgress {
+        let graph_id = graphs.and_then(|g| g.source_of(exec_id));
+        let done: HashSet<u64> = self
+            .nodes_done
+            .get(&correlation)
+            .map(|ids| {
+                ids.iter()
+                    .flat_map(|&id| [id, graphs.map_or(id, |g| g.origin(id))])
+                    .collect()
+            })
+            .unwrap_or_default();
+        let nodes: Vec<_> = match (graphs, graph_id) {
+            (Some(g), Some(gid)) => g.kernel_nodes(gid).copied().collect(),
+            _ => Vec::new(),
+        };
+        let not_completed: Vec<GraphNodeView> = nodes
+            .iter()
+            .filter(|n| !done.contains(&n.id))
+            .map(|n| {
+                let kernel = view.name(n.name_id).unwrap_or_else(|| "?".into());
+                GraphNodeView {
+                    node_id: n.id,
+                    kernel_demangled: demangle(&kernel),
+                    kernel,
+                }
+            })
+            .collect();
+        GraphProgress {
+            exec_id,
+            graph_id,
+            kernel_nodes: nodes.len(),
+            completed: nodes.len() - not_completed.len(),
+            not_completed,
+        }
+    }
+}
+
+/// A C++ mangled kernel name demangled; `None` for names that are not (Triton's, C's).
+pub fn demangle(name: &str) -> Option<String> {
+    if !name.starts_with("_Z") {
+        return None;
+    }
+    let sym = cpp_demangle::Symbol::new(name).ok()?;
+    sym.demangle(&cpp_demangle::DemangleOptions::default()).ok()
 }
 
 #[cfg(test)]
@@ -147,6 +249,7 @@ mod tests {
         inflight_cap: 64,
         ring_cap: 64,
         names_cap: 4,
+        graphs_cap: 8,
     };
 
     fn launch(w: &Writer, corr: u64, stream: u64, name: u32) {
@@ -177,6 +280,7 @@ mod tests {
             end_ns: 3_900,
             stream_id: 7,
             device: 0,
+            graph_node: 0,
         });
         // Stream 9: corr 10, 11 retired by a synchronize of that stream returning.
         launch(&w, 10, 9, other);
@@ -199,5 +303,90 @@ mod tests {
         w.synced(100, probe_common::journal::ALL_STREAMS, 20_000);
         cursor.advance(&view);
         assert!(cursor.heads(1, &view, 30_000).is_empty());
+    }
+
+    #[test]
+    fn a_stuck_graph_launch_names_its_first_kernel_node_not_completed() {
+        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
+        // SAFETY: aligned, zeroed, sized; `mem` outlives the writer.
+        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        let (pre, mid, post) = (
+            w.intern(b"_Z3prev"),
+            w.intern(b"_Z6middlePVi"),
+            w.intern(b"_Z4postv"),
+        );
+        // Graph 5 has kernel nodes 11, 12, 13; instantiation clones them into 21, 22, 23.
+        for (node, name) in [(11, pre), (12, mid), (13, post)] {
+            w.graph_kernel_node(node, 0, 5, name);
+        }
+        for (clone, original) in [(21, 11), (22, 12), (23, 13)] {
+            w.graph_kernel_node(clone, original, 6, 0);
+        }
+        assert_eq!(w.graph_exec(9, 5), 3);
+        assert_eq!(w.graph_exec_kernels(9), 3);
+        w.launch(&Launch {
+            correlation: 40,
+            launch_ns: 1_000,
+            stream: 7,
+            stream_id: 7,
+            graph_id: 9,
+            nodes_pending: 3,
+            ..Launch::default()
+        });
+        launch(&w, 41, 7, pre); // queued behind the graph
+        // The first node completes (reported by its clone's id): the graph launch stays in flight.
+        w.complete(&Completion {
+            correlation: 40,
+            start_ns: 1_100,
+            end_ns: 1_200,
+            stream_id: 7,
+            device: 0,
+            graph_node: 21,
+        });
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        assert_eq!(cursor.advance(&view).len(), 1);
+        let heads = cursor.heads(1, &view, 10_000);
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        let g = heads[0].graph.as_ref().expect("a graph launch");
+        assert_eq!(
+            (g.exec_id, g.graph_id, g.kernel_nodes, g.completed),
+            (9, Some(5), 3, 1)
+        );
+        let names: Vec<&str> = g.not_completed.iter().map(|n| n.kernel.as_str()).collect();
+        assert_eq!(names, ["_Z6middlePVi", "_Z4postv"]);
+        assert_eq!(
+            g.not_completed[0].kernel_demangled.as_deref(),
+            Some("middle(int volatile*)")
+        );
+        assert_eq!(heads[0].queued_behind, 1);
+        // The other two nodes complete: the launch leaves the table.
+        for node in [22, 23] {
+            w.complete(&Completion {
+                correlation: 40,
+                start_ns: 1_300,
+                end_ns: 1_400,
+                stream_id: 7,
+                device: 0,
+                graph_node: node,
+            });
+        }
+        cursor.advance(&view);
+        let heads = cursor.heads(1, &view, 10_000);
+        assert_eq!(heads[0].correlation, 41, "{heads:?}");
+        assert!(heads[0].graph.is_none());
+    }
+
+    #[test]
+    fn a_launch_captured_into_a_graph_leaves_the_in_flight_table() {
+        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
+        // SAFETY: aligned, zeroed, sized; `mem` outlives the writer.
+        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        launch(&w, 3, 7, 0);
+        w.captured(3, 5_000);
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        cursor.advance(&view);
+        assert!(cursor.heads(1, &view, 10_000).is_empty());
     }
 }

@@ -12,6 +12,7 @@ pub mod kernels;
 pub mod libcuda;
 pub mod model;
 pub mod probe;
+pub mod release;
 pub mod report;
 pub mod run;
 pub mod session;

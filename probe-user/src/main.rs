@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report(args, &mut out),
         Command::Watch(args) => watch::run(args, &mut out),
         Command::ShimPath => shim_path(&mut out),
+        Command::Release { pid } => probe_user::release::release(*pid, &mut out),
         Command::Run(args) => match probe_user::run::run(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

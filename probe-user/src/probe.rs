@@ -38,6 +38,9 @@ pub struct Probe {
 #[derive(Clone, Debug)]
 pub struct Attached {
     pub lib: LibCuda,
+    /// How launches are traced: "entry+return", "entry", or "off" (the shim journal records
+    /// them).
+    pub launch_probes: &'static str,
 }
 
 impl Probe {
@@ -100,8 +103,12 @@ impl Probe {
     /// With `launch_returns` false, launches get an entry probe only (see
     /// `probe_common::CALL_OPEN_ENDED`): a uretprobe costs more than the entry probe itself
     /// (notes/gpu-machine.md: +628 ns entry only, +1,743 ns with the return), and a launch
-    /// happens thousands of times a second.
+    /// happens thousands of times a second. Without `launch_returns` and with a shim journal
+    /// in the target, launches get no probe at all: the shim already records every launch
+    /// and which thread is inside one since when, and even the entry probe costs ~1.3 µs per
+    /// launch on the H200 (BENCHMARKS.md) — most of what being attached costs.
     pub fn attach(&mut self, target: &Target, launch_returns: bool) -> anyhow::Result<Attached> {
+        let skip_launches = !launch_returns && target.journal.is_some();
         let path = target.libcuda_host_path.clone();
         let lib = match self.libs.get(&path) {
             Some(lib) => lib.clone(),
@@ -147,6 +154,9 @@ impl Probe {
                 let prog: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
                 for ep in points {
                     let launch = api::class(ep.id) == Some(api::ApiClass::Launch);
+                    if launch && skip_launches {
+                        continue;
+                    }
                     let open_ended = launch && !launch_returns;
                     if open_ended && name == programs::CALL_EXIT {
                         continue;
@@ -181,7 +191,12 @@ impl Probe {
             self.detach(target.pid);
             return Err(ProbeError::TargetExited { pid: target.pid }.into());
         }
-        Ok(Attached { lib })
+        let launch_probes = match (skip_launches, launch_returns) {
+            (true, _) => "off (the shim journal records launches)",
+            (false, true) => "entry+return",
+            (false, false) => "entry",
+        };
+        Ok(Attached { lib, launch_probes })
     }
 
     /// Stops tracing `pid` (it exited, or the user is done).

@@ -38,6 +38,9 @@ pub struct TargetReport {
     pub libcuda: String,
     pub exited: bool,
     pub traced_entry_points: usize,
+    /// How launches are traced by eBPF: "entry+return", "entry", or "off (…)" when the shim
+    /// journal records them.
+    pub launch_probes: &'static str,
     pub missing_symbols: Vec<&'static str>,
     pub kernel_names_known: usize,
     /// The process's shim journal; null when it runs without the shim.
@@ -58,6 +61,7 @@ pub struct LatencyReport {
 /// Per-target facts the model does not keep (from attach time).
 pub struct TargetFacts {
     pub traced: usize,
+    pub launch_probes: &'static str,
     pub missing: Vec<&'static str>,
 }
 
@@ -86,6 +90,7 @@ impl Report {
                 libcuda: p.target.libcuda.clone(),
                 exited: p.exited,
                 traced_entry_points: facts.get(&p.target.pid).map_or(0, |f| f.traced),
+                launch_probes: facts.get(&p.target.pid).map_or("?", |f| f.launch_probes),
                 missing_symbols: facts
                     .get(&p.target.pid)
                     .map_or(Vec::new(), |f| f.missing.clone()),
@@ -143,7 +148,7 @@ impl Report {
         for t in &self.targets {
             writeln!(
                 out,
-                "process {} ({}){}  mode: {}  libcuda: {}  ({} entry points traced{})",
+                "process {} ({}){}  mode: {}  libcuda: {}  ({} entry points traced{}; launch probes: {})",
                 t.pid,
                 t.comm,
                 if t.exited { " EXITED" } else { "" },
@@ -154,7 +159,8 @@ impl Report {
                     String::new()
                 } else {
                     format!(", not exported: {}", t.missing_symbols.join(", "))
-                }
+                },
+                t.launch_probes
             )?;
         }
         writeln!(out)?;
@@ -229,6 +235,27 @@ impl Report {
                     k.block[2],
                     k.correlation
                 )?;
+                if let Some(d) = &k.kernel_demangled {
+                    writeln!(out, "      demangled: {d}")?;
+                }
+                if let Some(g) = &k.graph {
+                    writeln!(
+                        out,
+                        "      graph launch: exec {} (graph {}), {} of {} kernel nodes completed; not completed:",
+                        g.exec_id,
+                        g.graph_id.map_or("?".into(), |id| id.to_string()),
+                        g.completed,
+                        g.kernel_nodes
+                    )?;
+                    for n in &g.not_completed {
+                        writeln!(
+                            out,
+                            "        node {}: {}",
+                            n.node_id,
+                            n.kernel_demangled.as_deref().unwrap_or(&n.kernel)
+                        )?;
+                    }
+                }
             }
         }
         for t in &self.targets {

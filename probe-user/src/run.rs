@@ -29,6 +29,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("wedgeprobe: no libcupti_shim.so next to wedgeprobe; running eBPF-only");
         }
     }
+    let injected = cmd
+        .get_envs()
+        .any(|(k, v)| k == "CUDA_INJECTION64_PATH" && v.is_some())
+        || (!args.no_shim && std::env::var_os("CUDA_INJECTION64_PATH").is_some());
+    let mut waited_for_journal = 0;
     let mut child = cmd
         .spawn()
         .with_context(|| format!("failed to start {program}"))?;
@@ -44,6 +49,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             break;
         }
         match target::Target::open(pid) {
+            // With the shim injected, its journal appears during CUDA's initialisation,
+            // just after libcuda is mapped: wait for it (up to 2 s), so `watch` finds it and
+            // leaves launches to the shim instead of putting probes on them.
+            Ok(t) if t.journal.is_none() && injected && waited_for_journal < 20 => {
+                waited_for_journal += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
             Ok(_) => attached = true,
             Err(ProbeError::NotCuda { .. }) => std::thread::sleep(Duration::from_millis(100)),
             Err(e) => return Err(e.into()),

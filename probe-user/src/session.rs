@@ -32,6 +32,7 @@ impl Session {
                 pid,
                 TargetFacts {
                     traced: attached.lib.waits.len(),
+                    launch_probes: attached.launch_probes,
                     missing: attached.lib.missing,
                 },
             );

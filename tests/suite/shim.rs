@@ -201,3 +201,36 @@ fn the_journal_gives_threads_found_by_stack_scan_their_exact_start() {
         assert!(t["in_call_ms"].as_f64().unwrap() > 2_000.0, "{t}");
     }
 }
+
+#[test]
+fn release_makes_the_shim_give_cupti_back_and_says_so() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(&["healthy", "8"], &[("CUDA_INJECTION64_PATH", &shim)]);
+    sleep(secs(0.5));
+    let out = wedgeprobe(&["release", "--pid", &w.pid_arg()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("released CUPTI"), "{stdout}");
+    // Asked again: already released, still fine.
+    let again = wedgeprobe(&["release", "--pid", &w.pid_arg()]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("already released"));
+    let r = report_json(&["--pid", &w.pid_arg(), "--window", "300ms"]);
+    assert_eq!(
+        r["targets"][0]["journal"]["status"], "released",
+        "{}",
+        r["targets"][0]
+    );
+}
+
+#[test]
+fn release_without_a_shim_journal_says_so_with_its_exit_code() {
+    require_root!();
+    let w = Worker::spawn(&["healthy", "8"], &[]);
+    sleep(secs(0.5));
+    let out = wedgeprobe(&["release", "--pid", &w.pid_arg()]);
+    assert_eq!(out.status.code(), Some(8), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no wedgeprobe shim journal"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}

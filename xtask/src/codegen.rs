@@ -65,9 +65,11 @@ pub fn run_codegen() -> anyhow::Result<()> {
             "cupti(Subscribe|Unsubscribe|EnableCallback|EnableDomain|ActivityRegisterCallbacks|\
              ActivityRegisterTimestampCallback|ActivityEnable|ActivityDisable|ActivityFlushAll|\
              ActivityGetNextRecord|ActivityGetNumDroppedRecords|GetStreamIdEx|GetResultString|\
-             Finalize|GetVersion|GetTimestamp)",
+             Finalize|GetVersion|GetTimestamp|GetGraphNodeId|GetGraphId|GetGraphExecId)",
         )
-        .allowlist_type("CUpti_(CallbackData|CallbackDomain|CallbackId|ApiCallbackSite|ActivityKind|Activity|ActivityKernel9|BuffersCallback.*|CallbackFunc|SubscriberHandle|TimestampCallbackFunc)")
+        .allowlist_type("CUpti_(CallbackData|CallbackDomain|CallbackId|ApiCallbackSite|ActivityKind|Activity|ActivityKernel9|BuffersCallback.*|CallbackFunc|SubscriberHandle|TimestampCallbackFunc|ResourceData|GraphData|CallbackIdResource)")
+        .allowlist_type("CUDA_KERNEL_NODE_PARAMS_v2")
+        .allowlist_type("CUgraphNodeType")
         .allowlist_type("CUpti_driver_api_trace_cbid_enum")
         .allowlist_type("CUptiResult")
         .allowlist_type("CUlaunchConfig")

@@ -1,0 +1,116 @@
+//! The journal's CUDA graph table: which kernel each graph node runs and which graph an
+//! executable graph was instantiated from, as CUPTI's resource callbacks report them. A stuck
+//! graph launch is one in-flight launch for many kernels; with this table wedgeprobe can say
+//! which of its kernel nodes have not completed.
+//!
+//! Written from resource callbacks (graph construction and instantiation, never per launch)
+//! and read per completion record of a graph node (CUPTI's buffer thread): both off the
+//! launch path. Same rules as the rest of the writer: lock-free, no allocation.
+
+use core::{
+    mem::size_of,
+    sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
+
+use probe_common::journal::{GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_KERNEL_NODE, GraphSlot, drops};
+
+use super::{MAX_PROBE, Writer};
+
+const KEY: u64 = core::mem::offset_of!(GraphSlot, key) as u64;
+const ORIGINAL: u64 = core::mem::offset_of!(GraphSlot, original) as u64;
+const GRAPH_ID: u64 = core::mem::offset_of!(GraphSlot, graph_id) as u64;
+const NAME_ID: u64 = core::mem::offset_of!(GraphSlot, name_id) as u64;
+const KIND: u64 = core::mem::offset_of!(GraphSlot, kind) as u64;
+
+impl Writer {
+    fn graph_off(&self, i: u32) -> u64 {
+        self.layout.graphs_off() + i as u64 * size_of::<GraphSlot>() as u64
+    }
+
+    /// The slot of `key`: `Ok(offset)` of an existing or newly claimed one (`claim`), `Err(())`
+    /// when absent (lookup) or the table is full around its home (counted when claiming).
+    fn graph_slot(&self, key: u64, claim: bool) -> Result<(u64, bool), ()> {
+        let cap = self.layout.graphs_cap;
+        let home = self.home(key, cap);
+        for k in 0..cap.min(MAX_PROBE) {
+            let off = self.graph_off((home + k) % cap);
+            let slot_key = self.word(off + KEY);
+            match slot_key.load(Acquire) {
+                k if k == key => return Ok((off, false)),
+                0 if !claim => return Err(()),
+                0 => match slot_key.compare_exchange(0, key, AcqRel, Acquire) {
+                    Ok(_) => return Ok((off, true)),
+                    Err(k) if k == key => return Ok((off, false)),
+                    Err(_) => {}
+                },
+                _ => {}
+            }
+        }
+        if claim {
+            self.count_drop(drops::GRAPHS_FULL);
+        }
+        Err(())
+    }
+
+    fn fill_graph_slot(&self, off: u64, original: u64, graph_id: u32, name_id: u32, kind: u32) {
+        self.word(off + ORIGINAL).store(original, Relaxed);
+        self.half(off + GRAPH_ID).store(graph_id, Relaxed);
+        self.half(off + NAME_ID).store(name_id, Relaxed);
+        self.half(off + KIND).store(kind, Release);
+    }
+
+    /// A kernel node `node_id` of graph `graph_id` runs kernel `name_id`; `original` is the node
+    /// it was cloned from (0 if created). A clone inherits its original's kernel when
+    /// `name_id` is 0.
+    pub fn graph_kernel_node(&self, node_id: u64, original: u64, graph_id: u32, name_id: u32) {
+        if node_id == 0 || node_id & GRAPH_EXEC_KEY != 0 {
+            return;
+        }
+        let name_id = if name_id == 0 && original != 0 {
+            self.graph_node_name(original)
+        } else {
+            name_id
+        };
+        if let Ok((off, _)) = self.graph_slot(node_id, true) {
+            self.fill_graph_slot(off, original, graph_id, name_id, GRAPH_KERNEL_NODE);
+        }
+    }
+
+    /// Executable graph `exec_id` was instantiated from graph `graph_id`; returns its number of
+    /// kernel nodes (the kernel nodes recorded for that graph), 0 if unknown.
+    pub fn graph_exec(&self, exec_id: u32, graph_id: u32) -> u32 {
+        let mut kernels = 0u32;
+        for i in 0..self.layout.graphs_cap {
+            let off = self.graph_off(i);
+            if self.half(off + KIND).load(Acquire) == GRAPH_KERNEL_NODE
+                && self.half(off + GRAPH_ID).load(Relaxed) == graph_id
+            {
+                kernels += 1;
+            }
+        }
+        if let Ok((off, _)) = self.graph_slot(exec_id as u64 | GRAPH_EXEC_KEY, true) {
+            self.fill_graph_slot(off, kernels as u64, graph_id, 0, GRAPH_EXEC);
+        }
+        kernels
+    }
+
+    /// Kernel nodes of executable graph `exec_id` (0 if unknown): what a launch of it waits for.
+    pub fn graph_exec_kernels(&self, exec_id: u32) -> u32 {
+        match self.graph_slot(exec_id as u64 | GRAPH_EXEC_KEY, false) {
+            Ok((off, _)) if self.half(off + KIND).load(Acquire) == GRAPH_EXEC => {
+                self.word(off + ORIGINAL).load(Relaxed) as u32
+            }
+            _ => 0,
+        }
+    }
+
+    /// The kernel (name id) of node `node_id`; 0 if unknown.
+    pub fn graph_node_name(&self, node_id: u64) -> u32 {
+        match self.graph_slot(node_id, false) {
+            Ok((off, _)) if self.half(off + KIND).load(Acquire) == GRAPH_KERNEL_NODE => {
+                self.half(off + NAME_ID).load(Relaxed)
+            }
+            _ => 0,
+        }
+    }
+}

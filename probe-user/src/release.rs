@@ -1,0 +1,88 @@
+//! `wedgeprobe release --pid PID`: asks a process's shim to give CUPTI back, so torch.profiler,
+//! Kineto or Nsight can subscribe (CUDA allows one CUPTI subscriber per process before 13.3).
+//!
+//! The request is one bit in the journal header's `control` word — the only word wedgeprobe
+//! ever writes. The shim polls it every 100 ms, flushes, unsubscribes, calls `cuptiFinalize`
+//! and marks the journal released; recording does not resume (start the process again, or
+//! keep it off with WEDGEPROBE_SHIM=off). From inside the process the same is
+//! `wedgeprobe_shim_release()` in the shim library.
+
+use std::{
+    io::Write,
+    mem::offset_of,
+    os::fd::AsRawFd as _,
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use probe_common::journal::{CONTROL_RELEASE, Header};
+
+use crate::{error::ProbeError, journal::MappedJournal, target};
+
+pub fn release(pid: u32, out: &mut impl Write) -> anyhow::Result<()> {
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(ProbeError::NoSuchProcess { pid }.into());
+    }
+    let mapping = target::find_journal(pid).ok_or(ProbeError::NoJournal { pid })?;
+    // Validates ownership, mode and header before anything is written.
+    let journal = MappedJournal::open(pid, &mapping.path)?;
+    if journal.view().shim_released() {
+        writeln!(out, "pid {pid}: the shim had already released CUPTI")?;
+        return Ok(());
+    }
+    if journal.view().shim_off() {
+        writeln!(out, "pid {pid}: the shim is off; CUPTI is free")?;
+        return Ok(());
+    }
+    request(pid, &mapping.path)?;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        if journal.view().shim_released() {
+            writeln!(
+                out,
+                "pid {pid}: the shim released CUPTI after {} ms; profilers can subscribe now (wedgeprobe continues eBPF-only for this process)",
+                start.elapsed().as_millis()
+            )?;
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    anyhow::bail!(
+        "pid {pid}: the shim did not answer within 3 s (it polls every 100 ms; is the process stopped?)"
+    )
+}
+
+/// Sets `CONTROL_RELEASE` in the journal's header, through a shared writable mapping of its
+/// first page.
+fn request(pid: u32, path: &str) -> anyhow::Result<()> {
+    let host_path = format!("/proc/{pid}/root{path}");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&host_path)
+        .with_context(|| format!("cannot open {path} for writing"))?;
+    let len = size_of::<Header>();
+    // SAFETY: a shared mapping of the header of a file we opened; checked for MAP_FAILED.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error()).context("cannot map the journal header");
+    }
+    // SAFETY: `control` is an 8-aligned word inside the mapped header (the header was
+    // validated by MappedJournal::open); the shim reads it atomically.
+    unsafe {
+        AtomicU64::from_ptr(base.cast::<u8>().add(offset_of!(Header, control)).cast())
+            .fetch_or(CONTROL_RELEASE, Ordering::AcqRel);
+        libc::munmap(base, len);
+    }
+    Ok(())
+}
