@@ -126,17 +126,20 @@ pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
             None => head.kernel.clone(),
         },
     };
+    let shape = if head.graph.is_some() {
+        String::new()
+    } else {
+        format!(
+            " (grid {}x{}x{}, block {}x{}x{})",
+            head.grid[0], head.grid[1], head.grid[2], head.block[0], head.block[1], head.block[2]
+        )
+    };
     format!(
-        "{} on device {} stream {} (grid {}x{}x{}, block {}x{}x{}) has run ~{} (bound {}), {} launches queued behind it",
+        "{} on device {} stream {}{} has run ~{} (bound {}), {} launches queued behind it",
         what,
         head.device,
         head.stream,
-        head.grid[0],
-        head.grid[1],
-        head.grid[2],
-        head.block[0],
-        head.block[1],
-        head.block[2],
+        shape,
         fmt_duration(head.running_ms),
         fmt_duration(j.bound_ms),
         head.queued_behind

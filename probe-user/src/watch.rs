@@ -30,17 +30,18 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
                 "{}",
                 json!({"event": "attached", "pid": p.target.pid, "comm": p.target.comm,
                 "libcuda": p.target.libcuda, "traced_entry_points": facts.traced,
-                "missing_symbols": facts.missing})
+                "missing_symbols": facts.missing, "launch_probes": facts.launch_probes})
             )?;
         } else {
             writeln!(
                 out,
-                "{} watching pid {} ({}): {} entry points in {}; blocked after {}; Ctrl-C to stop",
+                "{} watching pid {} ({}): {} entry points in {} (launch probes: {}); blocked after {}; Ctrl-C to stop",
                 clock(),
                 p.target.pid,
                 p.target.comm,
                 facts.traced,
                 p.target.libcuda,
+                facts.launch_probes,
                 fmt_duration(bound_ms)
             )?;
         }
