@@ -323,8 +323,9 @@ unsafe extern "C" fn on_api(
                 }
             }
         }
-        rec.launch(
+        rec.launch_keyed(
             name,
+            d.symbolName as usize,
             Launch {
                 correlation,
                 launch_ns: now,

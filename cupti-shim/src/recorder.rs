@@ -31,6 +31,23 @@ thread_local! {
     /// The launch this thread is inside now: (correlation, name id); (0, 0) outside. A graph
     /// node created during a launch call is that launch being captured into a graph.
     static IN_LAUNCH: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+    /// Names this thread launched, by the address of the name the callback passed: the
+    /// driver hands the same pointer for the same function, and interning hashes the whole
+    /// name (PyTorch's templated kernels' mangled names run to 200–300 bytes; FNV-1a over
+    /// them costs about as much as the rest of the callback). Entries are checked against the
+    /// name's length and first bytes, so a reused address with another name misses.
+    static NAME_CACHE: [Cell<(usize, u64, u32)>; NAME_CACHE_LEN] =
+        const { [const { Cell::new((0, 0, 0)) }; NAME_CACHE_LEN] };
+}
+
+const NAME_CACHE_LEN: usize = 64;
+
+/// Length and first 7 bytes of a name, packed: what a cache entry is checked against.
+fn name_check(name: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    let n = name.len().min(7);
+    w[..n].copy_from_slice(&name[..n]);
+    u64::from_le_bytes(w) ^ ((name.len() as u64) << 56)
 }
 
 pub fn monotonic_ns() -> u64 {
@@ -126,14 +143,38 @@ impl Recorder {
 
     /// A kernel launch; `name` is the mangled kernel name as the callback gives it. A graph
     /// launch (`launch.graph_id` = its executable graph) waits for that graph's kernel nodes.
-    pub fn launch(&self, name: &[u8], mut launch: Launch) {
-        launch.name_id = self.writer.intern(name);
+    pub fn launch(&self, name: &[u8], launch: Launch) {
+        self.launch_keyed(name, 0, launch);
+    }
+
+    /// `launch` with `key` = the address the name came from (0: no caching).
+    pub fn launch_keyed(&self, name: &[u8], key: usize, mut launch: Launch) {
+        launch.name_id = self.name_id(name, key);
         launch.tid = gettid();
         if launch.graph_id != 0 {
             launch.nodes_pending = self.writer.graph_exec_kernels(launch.graph_id);
         }
         IN_LAUNCH.with(|l| l.set((launch.correlation, launch.name_id)));
         self.writer.launch(&launch);
+    }
+
+    fn name_id(&self, name: &[u8], key: usize) -> u32 {
+        if key == 0 {
+            return self.writer.intern(name);
+        }
+        let check = name_check(name);
+        let slot = (key >> 4) % NAME_CACHE_LEN;
+        NAME_CACHE.with(|cache| {
+            let (k, c, id) = cache[slot].get();
+            if k == key && c == check && id != 0 {
+                return id;
+            }
+            let id = self.writer.intern(name);
+            if id != 0 {
+                cache[slot].set((key, check, id));
+            }
+            id
+        })
     }
 
     /// CUPTI created kernel node `node_id` in graph `graph_id`. Inside a launch call the node

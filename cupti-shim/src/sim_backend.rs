@@ -103,8 +103,9 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
                 std::slice::from_raw_parts(l.name.cast::<u8>(), n)
             }
         };
-        rec.launch(
+        rec.launch_keyed(
             name,
+            l.name as usize,
             Launch {
                 correlation,
                 launch_ns: now,
