@@ -153,7 +153,9 @@ pub fn attach() -> Result<(), String> {
         // to price CONCURRENT_KERNEL. Kernels then leave the journal only by a synchronize,
         // so verdicts would be wrong: not for production.
         if std::env::var("WEDGEPROBE_SHIM_ACTIVITY").is_ok_and(|v| v == "off") {
-            crate::log_line(b"WEDGEPROBE_SHIM_ACTIVITY=off: no completions recorded (benchmarking only)");
+            crate::log_line(
+                b"WEDGEPROBE_SHIM_ACTIVITY=off: no completions recorded (benchmarking only)",
+            );
         } else {
             check(
                 "cuptiActivityEnable",

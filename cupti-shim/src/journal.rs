@@ -20,6 +20,13 @@ use probe_common::journal::{
 
 mod graphs;
 
+/// Cluster dimensions as the ring keeps them (at most 16 blocks per cluster dimension on
+/// current GPUs; larger values saturate).
+fn cluster16(c: [u32; 3]) -> [u16; 4] {
+    let n = |v: u32| u16::try_from(v).unwrap_or(u16::MAX);
+    [n(c[0]), n(c[1]), n(c[2]), 0]
+}
+
 /// Slots probed from a key's home position before giving up (in-flight table and names):
 /// bounds the work of a callback; with the default capacities a probe run this long needs
 /// the table nearly full.
@@ -181,18 +188,21 @@ impl Writer {
     /// Records a launch: an in-flight slot (until its completion) and a ring record.
     /// Returns false (counted) if the in-flight table has no room near its home slot.
     pub fn launch(&self, l: &Launch) -> bool {
-        self.ring_push(
-            RECORD_LAUNCH,
-            l.correlation,
-            l.name_id,
-            l.launch_ns,
-            0,
-            l.stream,
-            l.stream_id,
-            l.device,
-            l.tid,
-            l.api,
-        );
+        self.ring_push(&RingRecord {
+            kind: RECORD_LAUNCH,
+            correlation: l.correlation,
+            name_id: l.name_id,
+            start_ns: l.launch_ns,
+            stream: l.stream,
+            stream_id: l.stream_id,
+            device: l.device,
+            tid: l.tid,
+            api: l.api,
+            grid: l.grid,
+            block: l.block,
+            cluster: cluster16(l.cluster),
+            ..RingRecord::default()
+        });
         if l.correlation == 0 {
             return false;
         }
@@ -260,41 +270,44 @@ impl Writer {
     /// leaves the table with its last node (or, with an unknown node count, its first).
     pub fn complete(&self, c: &Completion) {
         let node = c.graph_node != 0;
-        let found = self.take_inflight(c.correlation, node);
-        let (mut name_id, stream, tid, api) = found.unwrap_or_else(|| {
+        let mut r = self.take_inflight(c.correlation, node).unwrap_or_else(|| {
             self.count_drop(drops::COMPLETION_UNMATCHED);
-            (0, 0, 0, 0)
+            RingRecord::default()
         });
         if node {
-            name_id = self.graph_node_name(c.graph_node);
+            r.name_id = self.graph_node_name(c.graph_node);
+            r.graph_node = c.graph_node;
+            // The graph launch's shape is not its nodes'.
+            (r.grid, r.block, r.cluster) = ([0; 3], [0; 3], [0; 4]);
         }
-        self.ring_push(
-            if node {
-                RECORD_NODE_DONE
-            } else {
-                RECORD_KERNEL_DONE
-            },
-            c.correlation,
-            name_id,
-            c.start_ns,
-            c.end_ns,
-            if node { c.graph_node } else { stream },
-            c.stream_id,
-            c.device,
-            tid,
-            api,
-        );
+        r.kind = if node {
+            RECORD_NODE_DONE
+        } else {
+            RECORD_KERNEL_DONE
+        };
+        r.correlation = c.correlation;
+        r.start_ns = c.start_ns;
+        r.end_ns = c.end_ns;
+        r.stream_id = c.stream_id;
+        r.device = c.device;
+        self.ring_push(&r);
     }
 
     /// A launch turned out to be captured into a graph (it will never run as itself).
     pub fn captured(&self, correlation: u64, now_ns: u64) {
         let _ = self.take_inflight(correlation, false);
-        self.ring_push(RECORD_CAPTURED, correlation, 0, now_ns, 0, 0, 0, 0, 0, 0);
+        self.ring_push(&RingRecord {
+            kind: RECORD_CAPTURED,
+            correlation,
+            start_ns: now_ns,
+            ..RingRecord::default()
+        });
     }
 
     /// Frees the in-flight slot of `correlation` — for a graph node (`node`), only once its
-    /// pending count runs out — and returns its (name id, stream, tid, api).
-    fn take_inflight(&self, correlation: u64, node: bool) -> Option<(u32, u64, u32, u32)> {
+    /// pending count runs out — and returns a record with the launch's fields (name, stream,
+    /// thread, api, shape).
+    fn take_inflight(&self, correlation: u64, node: bool) -> Option<RingRecord> {
         if correlation == 0 {
             return None;
         }
@@ -318,13 +331,19 @@ impl Writer {
             }
             let s = seq?;
             let h = |f: usize| self.half(off + f as u64).load(Relaxed);
-            let fields = (
-                h(offset_of!(InflightSlot, name_id)),
-                self.word(off + offset_of!(InflightSlot, stream) as u64)
+            let dims = |f: usize| [h(f), h(f + 4), h(f + 8)];
+            let fields = RingRecord {
+                name_id: h(offset_of!(InflightSlot, name_id)),
+                stream: self
+                    .word(off + offset_of!(InflightSlot, stream) as u64)
                     .load(Relaxed),
-                h(offset_of!(InflightSlot, tid)),
-                h(offset_of!(InflightSlot, api)),
-            );
+                tid: h(offset_of!(InflightSlot, tid)),
+                api: h(offset_of!(InflightSlot, api)),
+                grid: dims(offset_of!(InflightSlot, grid)),
+                block: dims(offset_of!(InflightSlot, block)),
+                cluster: cluster16(dims(offset_of!(InflightSlot, cluster))),
+                ..RingRecord::default()
+            };
             let pending = self.half(off + offset_of!(InflightSlot, nodes_pending) as u64);
             let left = pending.load(Relaxed);
             if node && left > 1 {
@@ -344,18 +363,14 @@ impl Writer {
         if self.orphans.load(Relaxed) > 0 {
             self.free_synced(correlation, stream);
         }
-        self.ring_push(
-            RECORD_SYNCED,
+        self.ring_push(&RingRecord {
+            kind: RECORD_SYNCED,
             correlation,
-            0,
-            now_ns,
-            now_ns,
+            start_ns: now_ns,
+            end_ns: now_ns,
             stream,
-            0,
-            0,
-            0,
-            0,
-        );
+            ..RingRecord::default()
+        });
     }
 
     /// CUPTI handed `correlation`'s record back unfinished: no completion will free its slot.
@@ -433,23 +448,8 @@ impl Writer {
 
     // ---- ring ----
 
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one record's fields, written in one place"
-    )]
-    fn ring_push(
-        &self,
-        kind: u32,
-        correlation: u64,
-        name_id: u32,
-        start_ns: u64,
-        end_ns: u64,
-        stream: u64,
-        stream_id: u32,
-        device: u32,
-        tid: u32,
-        api: u32,
-    ) {
+    /// Appends `r` to the ring (its `seq` is set here).
+    fn ring_push(&self, r: &RingRecord) {
         let index = self
             .word(offset_of!(Header, ring_head) as u64)
             .fetch_add(1, AcqRel);
@@ -458,18 +458,14 @@ impl Writer {
         let seq = self.word(off + offset_of!(RingRecord, seq) as u64);
         seq.store(2 * index + 1, Relaxed);
         core::sync::atomic::fence(Release);
-        let h = |f: usize, v: u32| self.half(off + f as u64).store(v, Relaxed);
-        let w = |f: usize, v: u64| self.word(off + f as u64).store(v, Relaxed);
-        h(offset_of!(RingRecord, kind), kind);
-        h(offset_of!(RingRecord, name_id), name_id);
-        w(offset_of!(RingRecord, correlation), correlation);
-        w(offset_of!(RingRecord, start_ns), start_ns);
-        w(offset_of!(RingRecord, end_ns), end_ns);
-        w(offset_of!(RingRecord, stream), stream);
-        h(offset_of!(RingRecord, stream_id), stream_id);
-        h(offset_of!(RingRecord, device), device);
-        h(offset_of!(RingRecord, tid), tid);
-        h(offset_of!(RingRecord, api), api);
+        let words = size_of::<RingRecord>() / 8;
+        // SAFETY: RingRecord is plain old data of `words` u64s.
+        let src =
+            unsafe { core::slice::from_raw_parts((r as *const RingRecord).cast::<u64>(), words) };
+        // Word 0 is `seq`: everything after it, then seq last.
+        for (i, &w) in src.iter().enumerate().skip(1) {
+            self.word(off + 8 * i as u64).store(w, Relaxed);
+        }
         seq.store(2 * index + 2, Release);
     }
 

@@ -13,7 +13,8 @@ use libfuzzer_sys::fuzz_target;
 use probe_common::journal::Layout;
 use probe_user::journal::OwnedJournal;
 
-const SMALL: Layout = Layout { threads_cap: 4, inflight_cap: 8, ring_cap: 16, names_cap: 4 };
+const SMALL: Layout =
+    Layout { threads_cap: 4, inflight_cap: 8, ring_cap: 16, names_cap: 4, graphs_cap: 8 };
 
 fn valid_image() -> OwnedJournal {
     let mut mem = OwnedJournal::zeroed(SMALL.total_size() as usize);
@@ -28,6 +29,14 @@ fn valid_image() -> OwnedJournal {
         w.launch(&Launch { correlation: corr, name_id: name, launch_ns: corr, ..Launch::default() });
     }
     w.complete(&Completion { correlation: 1, start_ns: 5, end_ns: 6, ..Completion::default() });
+    // A graph with two kernel nodes, instantiated (clones), launched, one node done.
+    w.graph_kernel_node(21, 0, 3, name);
+    w.graph_kernel_node(22, 0, 3, name);
+    w.graph_kernel_node(31, 21, 4, 0);
+    w.graph_exec(9, 3);
+    w.launch(&Launch { correlation: 7, graph_id: 9, nodes_pending: 2, ..Launch::default() });
+    w.complete(&Completion { correlation: 7, graph_node: 31, ..Completion::default() });
+    w.synced(8, 0, 9);
     mem
 }
 
@@ -43,6 +52,10 @@ fn read_all(image: &OwnedJournal) {
             let _ = view.name(r.name_id);
         }
         let _ = view.ring_since(u64::MAX);
+        let _ = view.graphs();
+        let mut cursor = probe_user::kernels::JournalCursor::default();
+        cursor.advance(&view);
+        let _ = cursor.heads(7, &view, 1_000);
     }
 }
 

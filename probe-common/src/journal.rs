@@ -31,7 +31,8 @@ pub const FILE_SUFFIX: &str = ".journal";
 
 /// `b"WPJRNL"` then the format's major version.
 pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x02";
-/// 2: CUDA graph table, `InflightSlot::nodes_pending`, `Header::control`.
+/// 2: CUDA graph table, `InflightSlot::nodes_pending`, `Header::control`, ring records with
+/// the launch's shape and graph node (104 B).
 pub const VERSION: u32 = 2;
 
 /// `Header::state`.
@@ -158,8 +159,8 @@ pub const RECORD_KERNEL_DONE: u32 = 2;
 /// completed. Retires launches whose completion record CUPTI never delivered (a forced flush
 /// hands back a still-running kernel's record unfinished, and never again).
 pub const RECORD_SYNCED: u32 = 3;
-/// A kernel node of a graph launch completed: `correlation` is the graph launch's, `stream`
-/// holds CUPTI's graph node id (not a stream handle), `name_id` the node's kernel.
+/// A kernel node of a graph launch completed: `correlation` is the graph launch's,
+/// `graph_node` CUPTI's node id, `name_id` the node's kernel.
 pub const RECORD_NODE_DONE: u32 = 4;
 /// A launch made while its stream was being captured into a graph: it never runs as such
 /// (it became a graph node), so it leaves the in-flight table.
@@ -183,6 +184,12 @@ pub struct RingRecord {
     pub device: u32,
     pub tid: u32,
     pub api: u32,
+    /// Launch and done records: the launch's grid, block and cluster dimensions.
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub cluster: [u16; 4],
+    /// Node done: CUPTI's graph node id.
+    pub graph_node: u64,
 }
 
 /// Bytes of a kernel name kept (mangled names of templated kernels run past 1 KiB; the
@@ -247,7 +254,7 @@ pub struct Layout {
 impl Layout {
     /// Defaults: 1,024 threads, 8,192 in-flight launches (8 streams × a full 1,021-deep
     /// queue), a 16,384-record ring (the last ~0.2 s of a launch-bound loop), 4,096 names,
-    /// 4,096 graph nodes and executable graphs: 2.9 MiB in all.
+    /// 4,096 graph nodes and executable graphs: 3.5 MiB in all.
     pub const DEFAULT: Layout = Layout {
         threads_cap: 1024,
         inflight_cap: 8192,
@@ -426,11 +433,11 @@ mod tests {
         assert_eq!(size_of::<InflightSlot>(), 96);
         assert_eq!(size_of::<GraphSlot>(), 32);
         assert_eq!(offset_of!(Header, control), 208);
-        assert_eq!(size_of::<RingRecord>(), 64);
+        assert_eq!(size_of::<RingRecord>(), 104);
         assert_eq!(size_of::<NameSlot>(), 256);
         assert_eq!(
             Layout::DEFAULT.total_size(),
-            256 + 32 * 1024 + 96 * 8192 + 64 * 16384 + 256 * 4096 + 32 * 4096
+            256 + 32 * 1024 + 96 * 8192 + 104 * 16384 + 256 * 4096 + 32 * 4096
         );
     }
 

@@ -110,7 +110,7 @@ impl JournalCursor {
                 self.nodes_done
                     .entry(r.correlation)
                     .or_default()
-                    .insert(r.stream);
+                    .insert(r.graph_node);
                 r.correlation.saturating_sub(1)
             } else {
                 r.correlation
