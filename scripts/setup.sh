@@ -10,6 +10,9 @@ log() { echo "setup: $*" >&2; }
 need_apt=()
 command -v cc >/dev/null || need_apt+=(gcc)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# The trace viewer check (tests/suite/trace.rs): Debian's Chromium, Node.js and npm.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+command -v npm >/dev/null || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_apt[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
@@ -34,6 +37,13 @@ if ! command -v bpf-linker >/dev/null 2>&1 || ! bpf-linker --version >/dev/null 
   RUSTFLAGS="-L $LINK_DIR -C link-arg=-Wl,-rpath,$SYSROOT_LIB" \
     cargo +nightly install --locked bpf-linker --version 0.13.0 \
       --no-default-features --features "llvm-$LLVM_MAJOR"
+fi
+
+# speedscope and playwright-core for the viewer check, pinned by tests/viewer/package-lock.json.
+VIEWER="$(cd "$(dirname "$0")/../tests/viewer" && pwd)"
+if [ ! -d "$VIEWER/node_modules/speedscope" ] || [ ! -d "$VIEWER/node_modules/playwright-core" ]; then
+  log "installing the trace viewer check's npm packages"
+  (cd "$VIEWER" && npm ci --no-audit --no-fund --silent)
 fi
 
 # tracefs: uprobes and tracepoints are created through it; some machines do not mount it.

@@ -24,6 +24,8 @@ pub enum Command {
     /// Start a command with the shim injected and watch it (lines on stderr); exits with
     /// the command's exit code.
     Run(RunArgs),
+    /// Record a Chrome trace (Perfetto UI, chrome://tracing, speedscope) of the processes.
+    Trace(crate::trace::command::TraceArgs),
     /// Print the path to put in CUDA_INJECTION64_PATH (the shim next to this binary).
     ShimPath,
     /// Make a process's shim give CUPTI back, so torch.profiler / Nsight can subscribe.
@@ -46,6 +48,8 @@ pub struct RunArgs {
     /// Do not inject the shim (eBPF only).
     #[arg(long)]
     pub no_shim: bool,
+    #[command(flatten)]
+    pub flight: FlightArgs,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -112,6 +116,36 @@ pub struct WatchArgs {
     /// (BENCHMARKS.md). Without it a launch's end is inferred (sched_yield, stack samples).
     #[arg(long)]
     pub launch_returns: bool,
+    #[command(flatten)]
+    pub flight: FlightArgs,
+}
+
+/// The flight recorder (`watch`, `run`): the last seconds of events, written as a Chrome
+/// trace with the JSON report beside it once per incident.
+#[derive(Args, Debug, Clone)]
+pub struct FlightArgs {
+    /// Where incident dumps go (`<host>-<pid>-<time>.trace.json.gz` and `.report.json`).
+    #[arg(long, default_value = "/var/tmp/wedgeprobe", value_name = "DIR")]
+    pub flight_dir: std::path::PathBuf,
+    /// How many seconds of events the flight recorder keeps.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub flight_seconds: Duration,
+    /// At most this many events in memory (~120 bytes each); the oldest go first.
+    #[arg(long, default_value_t = 500_000)]
+    pub flight_max_events: usize,
+    /// No flight recorder, no dumps.
+    #[arg(long)]
+    pub no_flight: bool,
+}
+
+impl FlightArgs {
+    pub fn config(&self) -> Option<crate::trace::flight::FlightConfig> {
+        (!self.no_flight).then(|| crate::trace::flight::FlightConfig {
+            dir: self.flight_dir.clone(),
+            seconds: self.flight_seconds.as_secs_f64(),
+            max_events: self.flight_max_events.max(1),
+        })
+    }
 }
 
 /// `1s`, `250ms`, `2.5s`, `1m`; a bare number is seconds.

@@ -5,23 +5,26 @@
 //! Records from the rings are decoded by size and kind and counted when they do not decode;
 //! bytes that came from the target (kernel names, stacks) are treated as hostile.
 
-use std::{collections::HashMap, fs, mem::size_of};
+use std::{collections::HashMap, fs, mem::size_of, sync::Arc};
 
 use anyhow::Context as _;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use probe_common::{
     CallDone, EVENT_CALL_DONE, EVENT_KERNEL_NAME, EventHeader, InCall, KernelName,
-    SAMPLE_STACK_LEN, SampleHeader, counters, maps,
+    SAMPLE_STACK_LEN, SampleHeader, counters,
+    journal::{RECORD_LAUNCH, RingRecord},
+    maps,
 };
 
 use crate::{
     code::TargetCode,
     journal::MappedJournal,
-    kernels::JournalCursor,
+    kernels::{JournalCursor, is_completion},
     model::{JournalInfo, Model},
     probe::{Attached, Probe},
     sys,
     target::Target,
+    trace::{self, TraceEvent},
 };
 
 /// Sleeping threads are re-read from /proc this often (per process): each read is two small
@@ -42,6 +45,12 @@ pub struct Collector {
     last_prune_ns: u64,
     /// Open shim journals by pid.
     journals: HashMap<u32, (MappedJournal, JournalCursor)>,
+    /// When set, every call, launch and kernel drained is also appended here as a trace
+    /// event (for `trace` and the flight recorder); the consumer empties it each tick.
+    pub tap: Option<Vec<TraceEvent>>,
+    /// Kernel names read from journals, by (pid, name id): a name slot never changes once
+    /// written, and a trace names every kernel event.
+    names: HashMap<(u32, u32), Arc<str>>,
 }
 
 /// A target that went away since the last poll.
@@ -68,6 +77,8 @@ impl Collector {
             last_offcpu_scan_ns: 0,
             last_prune_ns: 0,
             journals: HashMap::new(),
+            tap: None,
+            names: HashMap::new(),
         })
     }
 
@@ -103,11 +114,27 @@ impl Collector {
     fn read_journals(&mut self, now_ns: u64) {
         for (&pid, (journal, cursor)) in self.journals.iter_mut() {
             let view = journal.view();
-            for done in cursor.advance(view) {
-                let name = view.name(done.name_id).unwrap_or_else(|| "?".into());
-                self.model
-                    .history
-                    .record(pid, name, done.end_ns.saturating_sub(done.start_ns));
+            for r in cursor.advance(view) {
+                if !(is_completion(&r) || r.kind == RECORD_LAUNCH) {
+                    continue;
+                }
+                let name = self
+                    .names
+                    .entry((pid, r.name_id))
+                    .or_insert_with(|| {
+                        Arc::from(view.name(r.name_id).unwrap_or_else(|| "?".into()))
+                    })
+                    .clone();
+                if is_completion(&r) {
+                    self.model.history.record(
+                        pid,
+                        name.to_string(),
+                        r.end_ns.saturating_sub(r.start_ns),
+                    );
+                }
+                if let Some(tap) = &mut self.tap {
+                    tap.push(trace_event(pid, &r, name));
+                }
             }
             self.model
                 .kernels
@@ -165,7 +192,20 @@ impl Collector {
             };
             match header.kind {
                 EVENT_CALL_DONE => match read_record::<CallDone>(bytes) {
-                    Some(ev) => self.model.on_call_done(&ev),
+                    Some(ev) => {
+                        self.model.on_call_done(&ev);
+                        if let Some(tap) = &mut self.tap {
+                            tap.push(TraceEvent::Call(trace::event::Call {
+                                pid: ev.header.tgid,
+                                tid: ev.header.tid,
+                                api: crate::model::api_name(ev.call.api),
+                                start_ns: ev.call.start_ns,
+                                end_ns: Some(ev.end_ns),
+                                stream: (ev.call.stream != 0).then_some(ev.call.stream),
+                                failed: ev.result != 0,
+                            }));
+                        }
+                    }
                     None => self.model.bad_records += 1,
                 },
                 EVENT_KERNEL_NAME => match read_record::<KernelName>(bytes) {
@@ -306,6 +346,42 @@ impl Collector {
             self.probe.detach(pid);
         }
     }
+}
+
+/// A journal launch or completion as a trace event.
+fn trace_event(pid: u32, r: &RingRecord, kernel: Arc<str>) -> TraceEvent {
+    if r.kind == RECORD_LAUNCH {
+        return TraceEvent::Launch(trace::event::Launch {
+            pid,
+            tid: r.tid,
+            api: crate::model::api_name(r.api),
+            ts_ns: r.start_ns,
+            correlation: r.correlation,
+            stream: r.stream,
+            kernel,
+            grid: r.grid,
+            block: r.block,
+        });
+    }
+    TraceEvent::Kernel(trace::event::Kernel {
+        pid,
+        device: r.device,
+        stream: r.stream,
+        stream_id: r.stream_id,
+        correlation: r.correlation,
+        kernel,
+        start_ns: r.start_ns,
+        end_ns: Some(r.end_ns),
+        grid: r.grid,
+        block: r.block,
+        cluster: [
+            r.cluster[0] as u32,
+            r.cluster[1] as u32,
+            r.cluster[2] as u32,
+        ],
+        graph_node: r.graph_node,
+        queued_behind: None,
+    })
 }
 
 /// Copies a `T` out of a ring record if the record is long enough.

@@ -14,6 +14,7 @@ pub mod exit {
     pub const TARGET_EXITED: u8 = 6;
     pub const NO_SYMBOLS: u8 = 7;
     pub const NO_JOURNAL: u8 = 8;
+    pub const OUTPUT: u8 = 9;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -83,7 +83,8 @@ pub struct StreamHead {
 }
 
 impl JournalCursor {
-    /// Consumes the ring since the last call; returns the completions seen.
+    /// Consumes the ring since the last call; returns every record read (launches,
+    /// completions, synchronizes), in ring order.
     pub fn advance(&mut self, view: &JournalView) -> Vec<RingRecord> {
         let read = view.ring_since(self.next);
         self.next = read.next;
@@ -96,12 +97,7 @@ impl JournalCursor {
                 *e = (*e).max(r.correlation);
             }
         }
-        let done: Vec<RingRecord> = read
-            .records
-            .into_iter()
-            .filter(|r| r.kind == RECORD_KERNEL_DONE || r.kind == RECORD_NODE_DONE)
-            .collect();
-        for r in &done {
+        for r in read.records.iter().filter(|r| is_completion(r)) {
             let e = self.last_end.entry(r.stream_id).or_insert(0);
             *e = (*e).max(r.end_ns);
             // A graph node's completion proves everything launched before its graph launch
@@ -118,8 +114,8 @@ impl JournalCursor {
             let d = self.done_through.entry(r.stream_id).or_insert(0);
             *d = (*d).max(through);
         }
-        self.completed += done.len() as u64;
-        done
+        self.completed += read.records.iter().filter(|r| is_completion(r)).count() as u64;
+        read.records
     }
 
     /// The oldest in-flight kernel of every stream, longest running first.
@@ -223,6 +219,11 @@ impl JournalCursor {
             not_completed,
         }
     }
+}
+
+/// A kernel (or graph node) completion record.
+pub fn is_completion(r: &RingRecord) -> bool {
+    r.kind == RECORD_KERNEL_DONE || r.kind == RECORD_NODE_DONE
 }
 
 /// A C++ mangled kernel name demangled; `None` for names that are not (Triton's, C's).
@@ -345,7 +346,14 @@ mod tests {
         });
         let view = mem.view().unwrap();
         let mut cursor = JournalCursor::default();
-        assert_eq!(cursor.advance(&view).len(), 1);
+        assert_eq!(
+            cursor
+                .advance(&view)
+                .iter()
+                .filter(|r| is_completion(r))
+                .count(),
+            1
+        );
         let heads = cursor.heads(1, &view, 10_000);
         assert_eq!(heads.len(), 1, "{heads:?}");
         let g = heads[0].graph.as_ref().expect("a graph launch");

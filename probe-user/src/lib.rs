@@ -20,5 +20,6 @@ pub mod signals;
 pub mod stackscan;
 pub mod sys;
 pub mod target;
+pub mod trace;
 pub mod verdict;
 pub mod watch;

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report(args, &mut out),
         Command::Watch(args) => watch::run(args, &mut out),
         Command::ShimPath => shim_path(&mut out),
+        Command::Trace(args) => probe_user::trace::command::run(args, &mut out),
         Command::Release { pid } => probe_user::release::release(*pid, &mut out),
         Command::Run(args) => match probe_user::run::run(args) {
             Ok(code) => return code,
@@ -43,9 +44,15 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
         Err(e) => {
             eprintln!("wedgeprobe: {e:#}");
-            let code = e
-                .downcast_ref::<ProbeError>()
-                .map_or(exit::ERROR, ProbeError::exit_code);
+            let code = if e
+                .downcast_ref::<probe_user::trace::chrome::TraceError>()
+                .is_some()
+            {
+                exit::OUTPUT
+            } else {
+                e.downcast_ref::<ProbeError>()
+                    .map_or(exit::ERROR, ProbeError::exit_code)
+            };
             ExitCode::from(code)
         }
     }

@@ -73,6 +73,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             json: args.json,
             duration: None,
             launch_returns: false,
+            flight: args.flight.clone(),
         };
         let mut err = std::io::stderr().lock();
         watch::run(&watch_args, &mut err)?;

@@ -188,6 +188,32 @@ pub fn fmt_duration(ms: f64) -> String {
     }
 }
 
+/// What the model says now: threads inside calls, each stream's oldest kernel (judged), and
+/// the verdict over both — what `watch`, `trace` and the flight recorder evaluate each tick.
+pub struct Evaluation {
+    pub threads: Vec<ThreadView>,
+    pub kernels: Vec<crate::kernels::StreamHead>,
+    pub verdict: Verdict,
+}
+
+pub fn evaluate(
+    model: &crate::model::Model,
+    now_ns: u64,
+    blocked_after_ms: f64,
+    bounds: &crate::kernel_verdict::Bounds,
+) -> Evaluation {
+    let threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
+    let any_alive = model.procs.values().any(|p| !p.exited);
+    let mut verdict = decide(&threads, blocked_after_ms, any_alive, model.journal_read());
+    let mut kernels = model.kernel_heads();
+    apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
+    Evaluation {
+        threads,
+        kernels,
+        verdict,
+    }
+}
+
 /// With a shim journal, judges each stream's oldest unfinished kernel (`kernel_verdict`) and
 /// refines the host-side verdict: a stuck kernel makes it `kernel_wedge` (or
 /// `collective_wait` for a collective, whose culprit is another rank), and threads blocked

@@ -9,9 +9,16 @@ use serde_json::json;
 use crate::{
     cli::WatchArgs,
     model::ThreadView,
+    report::Report,
     session::Session,
     signals, sys,
-    verdict::{self, VerdictKind, fmt_duration},
+    trace::{
+        Names, TickRecorder,
+        event::open_now,
+        flight::{Dump, FlightRecorder},
+        verdict_pid,
+    },
+    verdict::{self, Evaluation, VerdictKind, fmt_duration},
 };
 
 const TICK: Duration = Duration::from_millis(50);
@@ -51,6 +58,14 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
     // Blocked threads by (pid, tid, api), with their last view.
     let mut blocked: HashMap<(u32, u32, &'static str), ThreadView> = HashMap::new();
     let mut last_kind = VerdictKind::Healthy;
+    let mut flight = args.flight.config().map(|c| {
+        (
+            FlightRecorder::new(c),
+            TickRecorder::start(&mut session.collector),
+            Names::default(),
+        )
+    });
+    let first_pid = args.targets.pids[0];
     loop {
         let now = sys::monotonic_ns();
         for gone in session.collector.poll(now) {
@@ -70,10 +85,11 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
                 )?;
             }
         }
-        let threads = session
-            .collector
-            .model
-            .threads_in_calls(now, (bound_ms * 1e6) as u64);
+        let Evaluation {
+            threads,
+            kernels,
+            verdict: v,
+        } = verdict::evaluate(&session.collector.model, now, bound_ms, &bounds);
         let mut still = HashMap::new();
         for t in threads.iter().filter(|t| t.blocked) {
             let key = (t.pid, t.tid, t.api);
@@ -90,10 +106,34 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         blocked = still;
 
         let any_alive = session.collector.model.procs.values().any(|p| !p.exited);
-        let model = &session.collector.model;
-        let mut v = verdict::decide(&threads, bound_ms, any_alive, model.journal_read());
-        let mut kernels = model.kernel_heads();
-        verdict::apply_kernels(&mut v, &threads, &mut kernels, &model.history, &bounds);
+        if let Some((recorder, ticks, names)) = &mut flight {
+            let pid = verdict_pid(&threads, &kernels, first_pid);
+            let events = ticks.tick(&mut session.collector, &threads, &kernels, &v, pid, now);
+            recorder.push(events, now);
+            names.update(&session.collector.model);
+            if recorder.should_dump(pid, v.kind.as_str()) {
+                let report = Report::build(
+                    &session.collector.model,
+                    &session.facts,
+                    now,
+                    (now - start) as f64 / 1e6,
+                    bound_ms,
+                    args.launch_returns,
+                    &bounds,
+                );
+                let open = open_now(&session.collector.model, now, (bound_ms * 1e6) as u64);
+                let dumped = recorder.dump(
+                    &sys::hostname(),
+                    pid,
+                    now,
+                    sys::realtime_ns(),
+                    open,
+                    names,
+                    &serde_json::to_value(&report).unwrap_or_default(),
+                );
+                print_dump(out, args.json, pid, &dumped, recorder)?;
+            }
+        }
         if v.kind != last_kind {
             if args.json {
                 writeln!(out, "{}", json!({"event": "verdict", "verdict": v}))?;
@@ -165,6 +205,53 @@ fn print_crossing(
         }
     }
     writeln!(out, "{line}")
+}
+
+fn print_dump(
+    out: &mut impl Write,
+    json: bool,
+    pid: u32,
+    dumped: &anyhow::Result<Dump>,
+    recorder: &FlightRecorder,
+) -> std::io::Result<()> {
+    match (dumped, json) {
+        (Ok(d), true) => writeln!(
+            out,
+            "{}",
+            json!({"event": "flight_dump", "pid": pid, "trace": d.trace, "report": d.report,
+                "events": d.events, "seconds_held": d.seconds_held,
+                "evicted_early": recorder.evicted_early})
+        ),
+        (Ok(d), false) => writeln!(
+            out,
+            "{} FLIGHT    pid {pid}: last {:.1} s ({} events{}) in {} ; report {}",
+            clock(),
+            d.seconds_held,
+            d.events,
+            if recorder.evicted_early > 0 {
+                format!(
+                    ", {} older events dropped by --flight-max-events",
+                    recorder.evicted_early
+                )
+            } else {
+                String::new()
+            },
+            d.trace.display(),
+            d.report.display()
+        ),
+        (Err(e), true) => writeln!(
+            out,
+            "{}",
+            json!({"event": "flight_dump_failed", "pid": pid, "error": format!("{e:#}"),
+                "failures": recorder.dumps_failed})
+        ),
+        (Err(e), false) => writeln!(
+            out,
+            "{} FLIGHT    pid {pid}: dump failed ({e:#}); still watching ({} failed dumps)",
+            clock(),
+            recorder.dumps_failed
+        ),
+    }
 }
 
 /// Wall-clock time of day (UTC), for log lines a person lines up with other logs.

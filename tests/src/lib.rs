@@ -2,6 +2,8 @@
 //! integration tests and xtask (demo, bench).
 use std::path::PathBuf;
 
+pub mod chrome_check;
+
 /// Directory holding `libcuda.so.1` (simulated) and `simworker`.
 pub fn sim_dir() -> PathBuf {
     PathBuf::from(env!("SIMCUDA_DIR"))

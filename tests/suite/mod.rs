@@ -5,6 +5,7 @@ mod bad_input;
 mod lifecycle;
 mod report;
 mod shim;
+mod trace;
 mod watch;
 
 use std::{

@@ -18,6 +18,8 @@ use crate::build_wedgeprobe;
 
 #[derive(clap::Args)]
 pub struct Args {
+    #[command(subcommand)]
+    what: Option<What>,
     /// Launches per run.
     #[arg(long, default_value_t = 200_000)]
     launches: u64,
@@ -29,7 +31,20 @@ pub struct Args {
 /// Time the worker waits before its loop, so wedgeprobe has attached when it starts.
 const ATTACH_GRACE_MS: u64 = 2000;
 
+#[derive(clap::Subcommand)]
+enum What {
+    /// Export time and peak RSS of a Chrome trace of N events (issue 4's goal: 1M events in
+    /// ≤ 2 s and ≤ 200 MiB), plain and gzip.
+    TraceExport {
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+    },
+}
+
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    if let Some(What::TraceExport { events }) = &args.what {
+        return trace_export(*events);
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the benchmark attaches eBPF probes: run it as root");
@@ -115,4 +130,62 @@ fn one_run(launches: u64, wedgeprobe: Option<&std::path::Path>) -> anyhow::Resul
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// Runs probe-user's `trace_export` example (release) as a child per output kind and reads its
+/// peak RSS from getrusage.
+fn trace_export(events: u64) -> anyhow::Result<()> {
+    crate::run(Command::new("cargo").args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "probe-user",
+        "--example",
+        "trace_export",
+    ]))?;
+    let exe = crate::workspace_root().join("target/release/examples/trace_export");
+    println!("| output | events | seconds | bytes | peak RSS MiB |");
+    println!("|---|---|---|---|---|");
+    for out in [
+        "/tmp/wedgeprobe-bench.json",
+        "/tmp/wedgeprobe-bench.json.gz",
+    ] {
+        let mut child = Command::new(&exe)
+            .arg(events.to_string())
+            .arg(out)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("start trace_export")?;
+        let mut line = String::new();
+        if let Some(mut o) = child.stdout.take() {
+            o.read_to_string(&mut line)?;
+        }
+        // wait4 gives this child's own peak RSS (getrusage(RUSAGE_CHILDREN) would include
+        // the cargo build above).
+        // SAFETY: a zeroed rusage is a valid out-parameter; the pid is our child's.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let mut status = 0;
+        // SAFETY: as above.
+        unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            bail!("trace_export failed: status {status}");
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(line.trim()).context("trace_export output")?;
+        println!(
+            "| {} | {} | {} | {} | {:.1} |",
+            if out.ends_with(".gz") {
+                "json.gz"
+            } else {
+                "json"
+            },
+            v["events"],
+            v["seconds"],
+            v["bytes"],
+            ru.ru_maxrss as f64 / 1024.0
+        );
+        let _ = std::fs::remove_file(out);
+    }
+    Ok(())
 }

@@ -1,0 +1,286 @@
+//! `wedgeprobe trace` and the flight recorder: the files are well formed (tests/src/
+//! chrome_check.rs), show the stuck kernel and the blocked threads as open slices, stay
+//! loadable when the disk fills or the target exits, and load in a real viewer.
+
+use std::{path::PathBuf, process::Command, thread::sleep};
+
+use wp_tests::chrome_check::{self, Checked};
+
+use super::{Worker, require_root, secs, shim_path, wedgeprobe};
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wp-trace-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn trace(pid: u32, out: &std::path::Path, duration: &str) -> std::process::Output {
+    wedgeprobe(&[
+        "trace",
+        "--pid",
+        &pid.to_string(),
+        "--duration",
+        duration,
+        "-o",
+        out.to_str().unwrap(),
+    ])
+}
+
+fn open_named<'a>(c: &'a Checked, name: &str) -> Option<&'a serde_json::Value> {
+    c.open
+        .iter()
+        .find(|e| e["name"].as_str().is_some_and(|n| n.contains(name)))
+}
+
+#[test]
+fn a_trace_of_a_wedge_shows_the_stuck_kernel_and_the_blocked_threads_open() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "1", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "10"),
+        ],
+    );
+    sleep(secs(0.5));
+    let out = tmp("wedge.json.gz");
+    let r = trace(w.pid(), &out, "3s");
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(stdout.contains("mode journal+ebpf"), "{stdout}");
+    let c = chrome_check::check_file(&out).unwrap_or_else(|e| panic!("malformed trace: {e}"));
+    assert!(!c.truncated);
+    // The stuck kernel: open on its GPU stream track, with the queue behind it.
+    let k = open_named(&c, "attn_wedge_kernel").expect("the stuck kernel is an open slice");
+    assert_eq!(k["cat"], "kernel");
+    assert_eq!(k["args"]["kernel"], "_Z17attn_wedge_kernelP7barrierPf");
+    assert_eq!(k["args"]["grid"], serde_json::json!([132, 2, 1]));
+    assert!(k["args"]["queued_behind"].as_u64().unwrap() >= 1000, "{k}");
+    assert!(
+        k["pid"].as_u64().unwrap() >= 1 << 40,
+        "drawn on a GPU process"
+    );
+    // The host threads behind it: the launcher in cuLaunchKernel, the syncer in a sync.
+    assert!(open_named(&c, "cuLaunchKernel").is_some(), "{:?}", c.open);
+    assert!(
+        open_named(&c, "cuStreamSynchronize").is_some(),
+        "{:?}",
+        c.open
+    );
+    // Completed kernels before the wedge, with flows from their launches.
+    let kernels = c
+        .events
+        .iter()
+        .filter(|e| e["cat"] == "kernel" && e["ph"] == "X")
+        .count();
+    assert!(kernels >= 10, "{kernels} completed kernels");
+    assert!(c.flows_paired >= 10, "{} flows", c.flows_paired);
+    // A verdict instant and the counters.
+    assert!(c.events.iter().any(|e| e["cat"] == "verdict"));
+    assert!(
+        c.events
+            .iter()
+            .any(|e| e["ph"] == "C" && e["name"].as_str().unwrap().starts_with("in-flight kernels")),
+        "no in-flight counter"
+    );
+}
+
+#[test]
+fn an_ebpf_only_trace_has_host_tracks_only() {
+    require_root!();
+    let w = Worker::spawn(&["wedge", "1", "300"], &[("SIMCUDA_RELEASE_AFTER_S", "10")]);
+    sleep(secs(0.5));
+    let out = tmp("ebpf.json");
+    let r = trace(w.pid(), &out, "2500ms");
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    assert!(String::from_utf8_lossy(&r.stdout).contains("ebpf-only"));
+    let c = chrome_check::check_file(&out).unwrap_or_else(|e| panic!("malformed trace: {e}"));
+    assert!(
+        c.events
+            .iter()
+            .all(|e| e["pid"].as_u64().unwrap() < 1 << 40),
+        "no GPU tracks"
+    );
+    assert!(
+        open_named(&c, "cuStreamSynchronize").is_some(),
+        "{:?}",
+        c.open
+    );
+}
+
+#[test]
+fn an_unwritable_output_fails_before_attaching_with_its_exit_code() {
+    require_root!();
+    let w = Worker::spawn(&["healthy", "5"], &[]);
+    let r = trace(w.pid(), &PathBuf::from("/proc/no/such/dir/t.json"), "1s");
+    assert_eq!(r.status.code(), Some(9), "{r:?}");
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot create /proc/no/such/dir/t.json"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_target_that_exits_mid_trace_leaves_a_valid_file() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(&["healthy", "2"], &[("CUDA_INJECTION64_PATH", &shim)]);
+    sleep(secs(0.3));
+    let out = tmp("exits.json");
+    let r = trace(w.pid(), &out, "10s");
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    assert!(String::from_utf8_lossy(&r.stdout).contains("target exited during the trace"));
+    let c = chrome_check::check_file(&out).unwrap_or_else(|e| panic!("malformed trace: {e}"));
+    assert!(!c.truncated);
+    assert!(c.events.iter().any(|e| e["cat"] == "kernel"));
+}
+
+#[test]
+fn a_full_disk_leaves_a_loadable_file_and_a_clear_error() {
+    require_root!();
+    let dir = tmp("full");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipping: cannot mount a small tmpfs to fill");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(dir.clone());
+    let shim = shim_path();
+    let w = Worker::spawn(&["healthy", "30"], &[("CUDA_INJECTION64_PATH", &shim)]);
+    sleep(secs(0.3));
+    let out = dir.join("t.json");
+    let r = trace(w.pid(), &out, "20s");
+    assert_eq!(r.status.code(), Some(9), "{r:?}");
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        stderr.contains("No space left on device") && stderr.contains("still loads"),
+        "{stderr}"
+    );
+    let c = chrome_check::check_file(&out).unwrap_or_else(|e| panic!("not loadable: {e}"));
+    assert!(c.truncated, "cut short, without its closing bracket");
+    assert!(c.events.len() > 100, "{} events kept", c.events.len());
+}
+
+#[test]
+fn the_flight_recorder_dumps_once_per_incident() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "1", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "20"),
+        ],
+    );
+    sleep(secs(0.5));
+    let dir = tmp("flight");
+    let out = wedgeprobe(&[
+        "watch",
+        "--pid",
+        &w.pid_arg(),
+        "--json",
+        "--kernel-floor",
+        "1s",
+        "--duration",
+        "5s",
+        "--flight-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let dumps: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "flight_dump")
+        .collect();
+    assert_eq!(dumps.len(), 1, "one dump for one incident: {lines:?}");
+    let trace = PathBuf::from(dumps[0]["trace"].as_str().unwrap());
+    let report = PathBuf::from(dumps[0]["report"].as_str().unwrap());
+    assert!(trace.to_str().unwrap().ends_with(".trace.json.gz"));
+    assert!(
+        trace
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .contains(&format!("-{}-", w.pid()))
+    );
+    let c = chrome_check::check_file(&trace).unwrap_or_else(|e| panic!("malformed dump: {e}"));
+    assert!(
+        open_named(&c, "attn_wedge_kernel").is_some(),
+        "{:?}",
+        c.open
+    );
+    assert!(c.events.iter().filter(|e| e["cat"] == "kernel").count() >= 10);
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["verdict"]["kind"], "kernel_wedge", "{}", r["verdict"]);
+}
+
+#[test]
+fn a_trace_loads_in_speedscope_in_headless_chromium() {
+    require_root!();
+    let viewer = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("viewer");
+    if !viewer.join("node_modules/speedscope").exists()
+        || !PathBuf::from("/usr/bin/chromium").exists()
+    {
+        eprintln!(
+            "skipping: the viewer check needs chromium and tests/viewer/node_modules (scripts/setup.sh installs both)"
+        );
+        return;
+    }
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "1", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "10"),
+        ],
+    );
+    sleep(secs(0.5));
+    let out = tmp("viewer.json");
+    assert_eq!(trace(w.pid(), &out, "2500ms").status.code(), Some(0));
+    let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/speedscope-sim.png");
+    let r = Command::new("node")
+        .current_dir(&viewer)
+        .env("PROFILE", "stream,syncer")
+        .arg("render.mjs")
+        .arg(&out)
+        .arg(&shot)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        r.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(stdout.contains("\"ok\":true"), "{stdout}");
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 10_000,
+        "a screenshot with content"
+    );
+}
+
+#[test]
+fn the_golden_trace_passes_the_structural_checks() {
+    let golden =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe-user/src/trace/golden/small.json");
+    let c = chrome_check::check_file(&golden).unwrap_or_else(|e| panic!("golden trace: {e}"));
+    assert_eq!((c.flows_paired, c.flows_unpaired, c.open.len()), (2, 0, 2));
+}
