@@ -83,20 +83,47 @@ impl Collector {
     }
 
     pub fn attach(&mut self, target: Target, launch_returns: bool) -> anyhow::Result<Attached> {
-        let attached = self.probe.attach(&target, launch_returns)?;
-        let code = TargetCode::new(&target, &attached.lib);
         let pid = target.pid;
-        let journal = target.journal.clone();
-        self.model.add_process(target, code, sys::monotonic_ns());
-        if let Some(mapping) = journal {
+        // The journal first: only a journal that validates lets the launch probes stay off.
+        if let Some(mapping) = target.journal.clone() {
             self.open_journal(pid, &mapping.path);
         }
+        let journal_ok = self.journals.contains_key(&pid);
+        let attached = match self.probe.attach(&target, launch_returns, journal_ok) {
+            Ok(a) => a,
+            Err(e) => {
+                self.journals.remove(&pid);
+                self.model.journals.remove(&pid);
+                return Err(e);
+            }
+        };
+        let code = TargetCode::new(&target, &attached.lib);
+        self.model.add_process(target, code, sys::monotonic_ns());
         Ok(attached)
     }
 
     /// Opens a target's shim journal; a rejected one is reported, and eBPF carries on alone.
+    /// A journal caught between its creation and its header (the shim sizes the file, then
+    /// writes the header) is retried for up to 500 ms.
     fn open_journal(&mut self, pid: u32, path: &str) {
-        match MappedJournal::open(pid, path) {
+        let mut opened = MappedJournal::open(pid, path);
+        for _ in 0..10 {
+            let incomplete = opened.as_ref().err().is_some_and(|e| {
+                matches!(
+                    e.downcast_ref::<crate::journal::JournalError>(),
+                    Some(
+                        crate::journal::JournalError::BadMagic
+                            | crate::journal::JournalError::TooShort { .. }
+                    )
+                )
+            });
+            if !incomplete {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            opened = MappedJournal::open(pid, path);
+        }
+        match opened {
             Ok(j) => {
                 self.journals.insert(pid, (j, JournalCursor::default()));
             }
@@ -139,7 +166,13 @@ impl Collector {
             self.model
                 .kernels
                 .insert(pid, cursor.heads(pid, view, now_ns));
-            self.model.set_journal_calls(pid, &view.threads_in_calls());
+            // A shim that is off or gave CUPTI back no longer updates its slots.
+            let calls = if view.shim_off() || view.shim_released() {
+                Vec::new()
+            } else {
+                view.threads_in_calls()
+            };
+            self.model.set_journal_calls(pid, &calls, now_ns);
             let heartbeat = view.heartbeat_ns();
             self.model.journals.insert(
                 pid,

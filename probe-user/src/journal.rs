@@ -417,7 +417,14 @@ impl MappedJournal {
             );
         }
         let len = usize::try_from(meta.len()).context("journal size")?;
-        if len < size_of::<Header>() || len as u64 > probe_common::journal::MAX_TOTAL_SIZE {
+        if len < size_of::<Header>() {
+            // Also what a journal looks like between its creation and its sizing.
+            return Err(
+                anyhow::Error::from(JournalError::TooShort { len: len as u64 })
+                    .context(format!("{path} rejected")),
+            );
+        }
+        if len as u64 > probe_common::journal::MAX_TOTAL_SIZE {
             anyhow::bail!("{path} has an impossible size ({len} bytes)");
         }
         // SAFETY: a read-only shared mapping of a file we opened; checked for MAP_FAILED.

@@ -39,6 +39,9 @@ pub enum SeenBy {
     /// A stack sample, with the start time from the shim journal's slot for the thread: the
     /// time in call is exact.
     StackScanAndJournal,
+    /// The shim journal's slot for the thread (the shim saw it enter the call): start time
+    /// exact, arguments not recorded. How launches are seen when the launch probes are off.
+    Journal,
 }
 
 impl SeenBy {
@@ -47,6 +50,7 @@ impl SeenBy {
             SeenBy::Uprobe => "uprobe",
             SeenBy::StackScan => "stack-scan",
             SeenBy::StackScanAndJournal => "stack-scan+journal",
+            SeenBy::Journal => "journal",
         }
     }
 }
@@ -76,6 +80,8 @@ pub struct ThreadState {
     pub name: String,
     pub uprobe_call: Option<CurrentCall>,
     pub scanned_call: Option<CurrentCall>,
+    /// The call the shim journal says the thread is in.
+    pub journal_call: Option<CurrentCall>,
     /// sched_yield calls since attach (from WP_THREAD_YIELDS).
     pub yields_total: u64,
     /// The latest stack scan of the thread: when, and whether it was inside libcuda.
@@ -85,10 +91,20 @@ pub struct ThreadState {
 }
 
 impl ThreadState {
-    /// The call the thread is in: exact data first, a recent stack scan otherwise.
+    /// The call the thread is in: exact data first (both probes, then the shim journal), an
+    /// inferred open-ended launch or a recent stack scan otherwise.
     pub fn current(&self, now_ns: u64) -> Option<&CurrentCall> {
         match &self.uprobe_call {
             Some(c) if !c.open_ended() => Some(c),
+            // The journal's slot; a stack scan it confirmed says the same with more evidence.
+            _ if self.journal_call.is_some() => self
+                .scanned_call
+                .as_ref()
+                .filter(|c| {
+                    c.seen_by == SeenBy::StackScanAndJournal
+                        && now_ns.saturating_sub(c.confirmed_ns) < SCAN_VALID_NS
+                })
+                .or(self.journal_call.as_ref()),
             Some(c) if self.open_call_active(c, now_ns) => Some(c),
             _ => self
                 .scanned_call
@@ -392,14 +408,46 @@ impl Model {
 
     /// The shim journal's "thread T is inside API X since S" slots: a call found by stack scan
     /// (begun before attach) gets its exact start, when the journal agrees on the entry point.
-    pub fn set_journal_calls(&mut self, pid: u32, calls: &[crate::journal::ThreadInCall]) {
+    /// The journal's per-thread slots: which threads the shim sees inside a call now. They
+    /// replace what the last call said (a thread absent from `calls` is in no call the shim
+    /// traces), and refine stack-scanned calls with their exact start.
+    pub fn set_journal_calls(
+        &mut self,
+        pid: u32,
+        calls: &[crate::journal::ThreadInCall],
+        now_ns: u64,
+    ) {
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
+        for (&tid, t) in p.threads.iter_mut() {
+            if !calls.iter().any(|c| c.tid == tid) {
+                t.journal_call = None;
+            }
+        }
         for c in calls {
-            let Some(t) = p.threads.get_mut(&c.tid) else {
+            if api::class(c.api).is_none() {
                 continue;
-            };
+            }
+            let name = p.target.thread_name(c.tid);
+            let t = p.threads.entry(c.tid).or_insert_with(|| ThreadState {
+                name,
+                ..ThreadState::default()
+            });
+            let same = t
+                .journal_call
+                .as_ref()
+                .is_some_and(|j| j.api == c.api && j.since_ns == c.since_ns);
+            if !same {
+                t.journal_call = Some(CurrentCall {
+                    api: c.api,
+                    since_ns: c.since_ns,
+                    seen_by: SeenBy::Journal,
+                    args: None,
+                    yields_at_first_seen: t.yields_total,
+                    confirmed_ns: now_ns,
+                });
+            }
             if let Some(sc) = t.scanned_call.as_mut()
                 && (sc.api == c.api || sc.api == UNKNOWN_ENTRY_POINT)
                 && api::class(c.api).is_some()

@@ -107,8 +107,13 @@ impl Probe {
     /// in the target, launches get no probe at all: the shim already records every launch
     /// and which thread is inside one since when, and even the entry probe costs ~1.3 µs per
     /// launch on the H200 (BENCHMARKS.md) — most of what being attached costs.
-    pub fn attach(&mut self, target: &Target, launch_returns: bool) -> anyhow::Result<Attached> {
-        let skip_launches = !launch_returns && target.journal.is_some();
+    pub fn attach(
+        &mut self,
+        target: &Target,
+        launch_returns: bool,
+        journal_ok: bool,
+    ) -> anyhow::Result<Attached> {
+        let skip_launches = !launch_returns && journal_ok;
         let path = target.libcuda_host_path.clone();
         let lib = match self.libs.get(&path) {
             Some(lib) => lib.clone(),

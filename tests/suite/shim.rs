@@ -234,3 +234,61 @@ fn release_without_a_shim_journal_says_so_with_its_exit_code() {
     assert!(stderr.contains("no wedgeprobe shim journal"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+#[test]
+fn watch_leaves_launches_to_the_journal_and_still_sees_a_launch_blocked_after_attach() {
+    require_root!();
+    let shim = shim_path();
+    // The worker wedges 2.5 s after start, long after watch attached: the blocked launch is
+    // not one found by a stack scan at attach, and the launch probes are off (journal).
+    let w = Worker::spawn(
+        &["wedge", "10", "2500"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "12"),
+        ],
+    );
+    sleep(secs(0.5));
+    let out = wedgeprobe(&[
+        "watch",
+        "--pid",
+        &w.pid_arg(),
+        "--json",
+        "--duration",
+        "6s",
+        "--kernel-floor",
+        "2s",
+        "--no-flight",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let attached = lines
+        .iter()
+        .find(|l| l["event"] == "attached")
+        .expect("attached line");
+    assert!(
+        attached["launch_probes"]
+            .as_str()
+            .unwrap()
+            .starts_with("off"),
+        "{attached}"
+    );
+    let blocked_launch = lines
+        .iter()
+        .find(|l| l["event"] == "blocked" && l["thread"]["api"] == "cuLaunchKernel");
+    let b = blocked_launch.unwrap_or_else(|| panic!("no blocked launch: {lines:?}"));
+    // The journal's slot (with or without a confirming stack sample), never a uprobe.
+    assert!(
+        b["thread"]["seen_by"].as_str().unwrap().contains("journal"),
+        "{b}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["event"] == "verdict" && l["verdict"]["kind"] == "kernel_wedge"),
+        "{lines:?}"
+    );
+}
