@@ -284,3 +284,33 @@ fn the_golden_trace_passes_the_structural_checks() {
     let c = chrome_check::check_file(&golden).unwrap_or_else(|e| panic!("golden trace: {e}"));
     assert_eq!((c.flows_paired, c.flows_unpaired, c.open.len()), (2, 0, 2));
 }
+
+/// The traces recorded on the H200 (docs/runs/issue4) pass the same checks, and show what
+/// docs/validation.md says they show.
+#[test]
+fn the_h200_traces_in_docs_are_well_formed() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/runs/issue4");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        if !name.contains(".trace.json") {
+            continue;
+        }
+        let c = chrome_check::check_file(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            !c.open.is_empty(),
+            "{name}: something is stuck in every one of them"
+        );
+        if name.contains("ebpf-only") {
+            assert!(open_named(&c, "cuStreamSynchronize").is_some(), "{name}");
+        } else {
+            assert!(
+                c.open.iter().any(|e| e["cat"] == "kernel"),
+                "{name}: the stuck kernel is open"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}

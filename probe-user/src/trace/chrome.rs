@@ -70,6 +70,10 @@ pub struct ChromeTrace {
     /// Demangled names and short labels by kernel name: demangling is the dearest step of
     /// writing a kernel event, and a trace repeats a few hundred names a million times.
     labels: std::collections::HashMap<Arc<str>, Labels>,
+    /// Latest slice start written per track: slices still open at the end are known only then,
+    /// and their start can lie (by a fraction of a microsecond: the shim's slot and its launch
+    /// record take the clock separately) before what the track already holds.
+    last_start: std::collections::HashMap<(u64, u64), u64>,
 }
 
 #[derive(Clone)]
@@ -116,6 +120,7 @@ impl ChromeTrace {
             flow_order: Default::default(),
             failed: false,
             labels: Default::default(),
+            last_start: Default::default(),
         };
         t.buf.extend_from_slice(b"[\n");
         t.push(&json!({
@@ -267,12 +272,13 @@ impl ChromeTrace {
         match ev {
             TraceEvent::Call(c) => {
                 self.host_track(c.pid, c.tid, names)?;
+                let start = self.monotone((c.pid as u64, c.tid as u64), c.start_ns);
                 let mut o = self.begin();
                 o.str("name", c.api);
                 o.str("cat", "driver");
                 o.int("pid", c.pid as u64);
                 o.int("tid", c.tid as u64);
-                o.ts("ts", c.start_ns);
+                o.ts("ts", start);
                 match c.end_ns {
                     Some(end) => {
                         o.str("ph", "X");
@@ -291,6 +297,9 @@ impl ChromeTrace {
                     o.raw("never_completed", "true");
                     o.str("state", "still inside this call when the trace ended");
                 }
+                if start != c.start_ns {
+                    o.ts("began_us", c.start_ns);
+                }
                 o.close();
                 drop(o);
                 self.end()
@@ -300,13 +309,14 @@ impl ChromeTrace {
                 let id = flow_id(l.pid, l.correlation);
                 self.remember_flow(id);
                 let short = self.labels(&l.kernel).short;
+                let ts = self.monotone((l.pid as u64, l.tid as u64), l.ts_ns);
                 let mut o = self.begin();
                 o.str("ph", "X");
                 o.str_pair("name", "launch ", &short);
                 o.str("cat", "launch");
                 o.int("pid", l.pid as u64);
                 o.int("tid", l.tid as u64);
-                o.ts("ts", l.ts_ns);
+                o.ts("ts", ts);
                 // The shim records when a launch call began, not how long it took: drawn
                 // 1 ns long (a zero-length slice inside an open call confuses viewers).
                 o.raw("dur", "0.001");
@@ -340,12 +350,13 @@ impl ChromeTrace {
                 let demangled = self.labels(&k.kernel).demangled;
                 let id = flow_id(k.pid, k.correlation);
                 let flow = k.graph_node == 0 && self.flows.remove(&id);
+                let start = self.monotone((pid, tid), k.start_ns);
                 let mut o = self.begin();
                 o.str("name", demangled.as_deref().unwrap_or(&k.kernel));
                 o.str("cat", "kernel");
                 o.int("pid", pid);
                 o.int("tid", tid);
-                o.ts("ts", k.start_ns);
+                o.ts("ts", start);
                 match k.end_ns {
                     Some(end) => {
                         o.str("ph", "X");
@@ -375,6 +386,9 @@ impl ChromeTrace {
                         o.int("queued_behind", q as u64);
                     }
                 }
+                if start != k.start_ns {
+                    o.ts("began_us", k.start_ns);
+                }
                 o.close();
                 drop(o);
                 self.end()
@@ -394,6 +408,14 @@ impl ChromeTrace {
                 )
             }
         }
+    }
+
+    /// `ts` no earlier than the last slice start on `track` (the real start then goes in
+    /// `args.began_us`): viewers expect each track in time order.
+    fn monotone(&mut self, track: (u64, u64), ts: u64) -> u64 {
+        let last = self.last_start.entry(track).or_insert(0);
+        *last = (*last).max(ts);
+        *last
     }
 
     fn labels(&mut self, kernel: &Arc<str>) -> Labels {
