@@ -46,6 +46,13 @@ if [ ! -d "$VIEWER/node_modules/speedscope" ] || [ ! -d "$VIEWER/node_modules/pl
   (cd "$VIEWER" && npm ci --no-audit --no-fund --silent)
 fi
 
+# The daemon test parses /metrics with the Prometheus project's own Python parser.
+if ! python3 -c 'import prometheus_client' 2>/dev/null; then
+  log "installing prometheus_client (Python) for the metrics parser check"
+  python3 -m pip install --quiet prometheus_client==0.26.0 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages prometheus_client==0.26.0
+fi
+
 # tracefs: uprobes and tracepoints are created through it; some machines do not mount it.
 if [ ! -e /sys/kernel/tracing/uprobe_events ] && [ "$(id -u)" = 0 ]; then
   mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || log "could not mount tracefs"

@@ -28,6 +28,9 @@ pub enum Command {
     Trace(crate::trace::command::TraceArgs),
     /// Print the path to put in CUDA_INJECTION64_PATH (the shim next to this binary).
     ShimPath,
+    /// Always on: find every CUDA process on the node, watch them, serve Prometheus metrics,
+    /// write incident dumps.
+    Daemon(crate::daemon::DaemonArgs),
     /// Make a process's shim give CUPTI back, so torch.profiler / Nsight can subscribe.
     Release {
         #[arg(long, value_name = "PID")]

@@ -373,6 +373,14 @@ impl Collector {
         exited
     }
 
+    /// Stops tracing `pid` if still attached and drops everything known about it.
+    pub fn forget(&mut self, pid: u32) {
+        self.probe.detach(pid);
+        self.journals.remove(&pid);
+        self.names.retain(|(p, _), _| *p != pid);
+        self.model.forget(pid);
+    }
+
     pub fn detach_all(&mut self) {
         let pids: Vec<u32> = self.model.procs.keys().copied().collect();
         for pid in pids {

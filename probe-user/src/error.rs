@@ -15,6 +15,7 @@ pub mod exit {
     pub const NO_SYMBOLS: u8 = 7;
     pub const NO_JOURNAL: u8 = 8;
     pub const OUTPUT: u8 = 9;
+    pub const LISTEN: u8 = 10;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +41,8 @@ pub enum ProbeError {
         "process {pid} has no wedgeprobe shim journal (not started with CUDA_INJECTION64_PATH set to the shim, or CUDA not initialised yet)"
     )]
     NoJournal { pid: u32 },
+    #[error("config {0}")]
+    Config(String),
 }
 
 impl ProbeError {
@@ -51,6 +54,7 @@ impl ProbeError {
             Self::TargetExited { .. } => exit::TARGET_EXITED,
             Self::NoSymbols { .. } => exit::NO_SYMBOLS,
             Self::NoJournal { .. } => exit::NO_JOURNAL,
+            Self::Config(_) => exit::USAGE,
         }
     }
 }

@@ -59,6 +59,11 @@ pub struct History {
 }
 
 impl History {
+    /// Drops what was learned about `pid` (it exited; the daemon forgets it).
+    pub fn forget(&mut self, pid: u32) {
+        self.by_name.retain(|(p, _), _| *p != pid);
+    }
+
     pub fn record(&mut self, pid: u32, name: String, duration_ns: u64) {
         let h = self.by_name.entry((pid, name)).or_insert_with(|| {
             Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("static bounds are valid")

@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod code;
 pub mod collector;
+pub mod daemon;
 pub mod error;
 pub mod journal;
 pub mod kernel_verdict;

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         Command::Watch(args) => watch::run(args, &mut out),
         Command::ShimPath => shim_path(&mut out),
         Command::Trace(args) => probe_user::trace::command::run(args, &mut out),
+        Command::Daemon(args) => probe_user::daemon::run(args),
         Command::Release { pid } => probe_user::release::release(*pid, &mut out),
         Command::Run(args) => match probe_user::run::run(args) {
             Ok(code) => return code,
@@ -49,6 +50,11 @@ fn main() -> ExitCode {
                 .is_some()
             {
                 exit::OUTPUT
+            } else if e
+                .downcast_ref::<probe_user::daemon::http::ListenError>()
+                .is_some()
+            {
+                exit::LISTEN
             } else {
                 e.downcast_ref::<ProbeError>()
                     .map_or(exit::ERROR, ProbeError::exit_code)

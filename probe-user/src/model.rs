@@ -532,6 +532,15 @@ impl Model {
         out
     }
 
+    /// Everything about `pid` (the daemon forgets processes that exited).
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.kernel_names.retain(|(p, _), _| *p != pid);
+        self.kernels.remove(&pid);
+        self.journals.remove(&pid);
+        self.history.forget(pid);
+    }
+
     /// Some target's shim journal is being read (so kernels can be named).
     pub fn journal_read(&self) -> bool {
         self.journals

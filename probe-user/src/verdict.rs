@@ -196,6 +196,39 @@ pub struct Evaluation {
     pub verdict: Verdict,
 }
 
+/// `evaluate` for each process on its own (the daemon's per-process verdicts).
+pub fn evaluate_each(
+    model: &crate::model::Model,
+    now_ns: u64,
+    blocked_after_ms: f64,
+    bounds: &crate::kernel_verdict::Bounds,
+) -> Vec<(u32, Evaluation)> {
+    let all = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
+    let heads = model.kernel_heads();
+    model
+        .procs
+        .iter()
+        .map(|(&pid, p)| {
+            let threads: Vec<ThreadView> = all.iter().filter(|t| t.pid == pid).cloned().collect();
+            let mut kernels: Vec<_> = heads.iter().filter(|h| h.pid == pid).cloned().collect();
+            let journal = model
+                .journals
+                .get(&pid)
+                .is_some_and(|j| !j.status.starts_with("rejected"));
+            let mut verdict = decide(&threads, blocked_after_ms, !p.exited, journal);
+            apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
+            (
+                pid,
+                Evaluation {
+                    threads,
+                    kernels,
+                    verdict,
+                },
+            )
+        })
+        .collect()
+}
+
 pub fn evaluate(
     model: &crate::model::Model,
     now_ns: u64,

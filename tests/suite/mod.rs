@@ -2,6 +2,7 @@
 //! running wedgeprobe, and the root check.
 
 mod bad_input;
+mod daemon;
 mod lifecycle;
 mod report;
 mod shim;

@@ -1,0 +1,394 @@
+//! `wedgeprobe daemon [--config FILE]`: one probe per node, always on. It finds every process
+//! that maps libcuda or a shim journal (also those started later: `discover`), attaches,
+//! evaluates each process's verdict every tick, keeps a flight recorder, and on an incident
+//! writes the report and the trace into a size-capped directory (oldest dumps go first) and
+//! logs a structured line. Metrics on `listen` (/metrics). SIGHUP reloads the configuration;
+//! SIGINT/SIGTERM detach and exit.
+
+pub mod config;
+pub mod discover;
+pub mod http;
+pub mod metrics;
+
+use std::{
+    collections::HashMap,
+    io::Write,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use serde_json::json;
+
+use crate::{
+    collector::Collector,
+    error::ProbeError,
+    model::api_name,
+    probe::Probe,
+    report::{Report, TargetFacts},
+    signals, sys,
+    target::Target,
+    trace::{Names, TickRecorder, event::open_now, flight::FlightRecorder},
+    verdict,
+};
+use config::Config;
+use metrics::{Hist, ProcessMetrics, Snapshot, StreamMetrics, bounded_label};
+
+#[derive(clap::Args, Debug)]
+pub struct DaemonArgs {
+    /// TOML configuration (README, "The daemon"); defaults without it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// Structured log lines on stderr: text, or one JSON object per line.
+struct Log {
+    json: bool,
+}
+
+impl Log {
+    fn event(&self, event: &str, fields: serde_json::Value, text: String) {
+        let ts = crate::trace::flight::utc_stamp(sys::realtime_ns());
+        let mut err = std::io::stderr().lock();
+        if self.json {
+            let mut v = json!({"ts": ts, "event": event});
+            if let (Some(o), Some(f)) = (v.as_object_mut(), fields.as_object()) {
+                o.extend(f.clone());
+            }
+            let _ = writeln!(err, "{v}");
+        } else {
+            let _ = writeln!(err, "{ts} wedgeprobe daemon: {text}");
+        }
+    }
+}
+
+pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
+    let mut cfg =
+        config::load(args.config.as_deref()).map_err(|e| ProbeError::Config(e.to_string()))?;
+    let log = Log {
+        json: cfg.json_logs,
+    };
+    let snapshot = Arc::new(Mutex::new(Snapshot::default()));
+    let bound = http::serve(cfg.listen, snapshot.clone())?;
+    let mut collector = Collector::new(Probe::load()?)?;
+    signals::install();
+    signals::install_reload();
+    log.event(
+        "started",
+        json!({"listen": bound.to_string(), "dump_dir": cfg.dump_dir, "config": args.config}),
+        format!(
+            "started; metrics on http://{bound}/metrics; dumps in {}",
+            cfg.dump_dir.display()
+        ),
+    );
+    let mut discovery = discover::Discovery::default();
+    let mut facts: HashMap<u32, TargetFacts> = HashMap::new();
+    let mut flight = FlightRecorder::new(cfg.flight());
+    let mut ticks = TickRecorder::start(&mut collector);
+    let mut names = Names::default();
+    let mut verdicts: HashMap<u32, &'static str> = HashMap::new();
+    let mut snap = Snapshot::default();
+    let mut last_scan = 0u64;
+    let start = sys::monotonic_ns();
+    loop {
+        let now = sys::monotonic_ns();
+        if signals::stop_requested() {
+            break;
+        }
+        if signals::reload_requested() {
+            match config::load(args.config.as_deref()) {
+                Ok(new) => {
+                    if new.listen != cfg.listen {
+                        log.event(
+                            "config_note",
+                            json!({"key": "listen"}),
+                            "`listen` changes need a restart; the rest is applied".into(),
+                        );
+                    }
+                    flight.config = new.flight();
+                    cfg = Config {
+                        listen: cfg.listen,
+                        ..new
+                    };
+                    snap.config_reloads_total += 1;
+                    log.event(
+                        "config_reloaded",
+                        json!({"config": args.config}),
+                        "configuration reloaded".into(),
+                    );
+                }
+                Err(e) => {
+                    snap.config_errors_total += 1;
+                    log.event(
+                        "config_rejected",
+                        json!({"error": e.to_string()}),
+                        format!("configuration rejected, keeping the old one: {e}"),
+                    );
+                }
+            }
+        }
+        if now.saturating_sub(last_scan) >= cfg.scan_interval.as_nanos() as u64 {
+            last_scan = now;
+            let attached = |pid: u32| collector.model.procs.contains_key(&pid);
+            for pid in discovery.candidates(&attached) {
+                if collector.model.procs.len() >= cfg.max_targets {
+                    break;
+                }
+                match Target::open(pid) {
+                    Ok(target) => {
+                        let comm = target.comm.clone();
+                        match collector.attach(target, false) {
+                            Ok(a) => {
+                                facts.insert(
+                                    pid,
+                                    TargetFacts {
+                                        traced: a.lib.waits.len(),
+                                        launch_probes: a.launch_probes,
+                                        missing: a.lib.missing.clone(),
+                                    },
+                                );
+                                log.event("attached", json!({"pid": pid, "comm": comm, "launch_probes": a.launch_probes}),
+                                    format!("attached to pid {pid} ({comm}); launch probes: {}", a.launch_probes));
+                            }
+                            Err(e) => {
+                                discovery.not_now(pid, cfg.scan_interval);
+                                log.event(
+                                    "attach_failed",
+                                    json!({"pid": pid, "error": format!("{e:#}")}),
+                                    format!("cannot attach to pid {pid}: {e:#}"),
+                                );
+                            }
+                        }
+                    }
+                    Err(_) => discovery.not_now(pid, cfg.scan_interval),
+                }
+            }
+            snap.discovery_scans_total = discovery.scans;
+            snap.discovery_scan_seconds = discovery.last_scan.as_secs_f64();
+            snap.discovery_pending = discovery.pending() as u64;
+        }
+        for gone in collector.poll(now) {
+            log.event(
+                "detached",
+                json!({"pid": gone.pid, "comm": gone.comm}),
+                format!("pid {} ({}) exited; forgotten", gone.pid, gone.comm),
+            );
+            collector.forget(gone.pid);
+            facts.remove(&gone.pid);
+            verdicts.remove(&gone.pid);
+            discovery.forget(gone.pid);
+        }
+        names.update(&collector.model);
+        let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
+        let bounds = cfg.bounds();
+        let each = verdict::evaluate_each(&collector.model, now, bound_ms, &bounds);
+        // One tick of trace events (all processes) for the flight recorder.
+        let all = verdict::evaluate(&collector.model, now, bound_ms, &bounds);
+        let first = each.first().map_or(0, |e| e.0);
+        let pid = crate::trace::verdict_pid(&all.threads, &all.kernels, first);
+        let events = ticks.tick(
+            &mut collector,
+            &all.threads,
+            &all.kernels,
+            &all.verdict,
+            pid,
+            now,
+        );
+        flight.push(events, now);
+        let mut processes = Vec::new();
+        for (pid, ev) in &each {
+            let kind = ev.verdict.kind.as_str();
+            let before = verdicts.insert(*pid, kind);
+            if before != Some(kind) {
+                *snap.verdicts_total.entry(kind).or_default() += 1;
+                if before.is_some() || kind != "healthy" {
+                    log.event(
+                        "verdict",
+                        json!({"pid": pid, "kind": kind, "summary": ev.verdict.summary}),
+                        format!("pid {pid}: {kind}: {}", ev.verdict.summary),
+                    );
+                }
+            }
+            if flight.should_dump(*pid, kind) {
+                dump(
+                    &mut flight,
+                    &collector,
+                    &facts,
+                    &names,
+                    &cfg,
+                    &log,
+                    *pid,
+                    now,
+                    start,
+                    &mut snap,
+                );
+            }
+            processes.push(process_metrics(&collector, *pid, ev, kind));
+        }
+        snap.processes = processes;
+        snap.latency = collector
+            .model
+            .latency
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.ns.is_empty())
+            .map(|(i, l)| (api_name(i as u32), Hist::from_hdr(&l.ns)))
+            .collect();
+        snap.ebpf_lost = probe_common::counters::NAMES
+            .iter()
+            .zip(collector.model.lost)
+            .map(|(n, v)| (*n, v))
+            .collect();
+        snap.dump_failures_total = flight.dumps_failed;
+        snap.blocked_after_seconds = cfg.blocked_after.as_secs_f64();
+        (snap.cpu_seconds, snap.rss_bytes) = metrics::own_usage();
+        if let Ok(mut s) = snapshot.lock() {
+            *s = snap.clone();
+        }
+        std::thread::sleep(cfg.tick);
+    }
+    collector.detach_all();
+    log.event("stopped", json!({}), "stopped; detached".into());
+    Ok(())
+}
+
+fn process_metrics(
+    collector: &Collector,
+    pid: u32,
+    ev: &verdict::Evaluation,
+    kind: &'static str,
+) -> ProcessMetrics {
+    let model = &collector.model;
+    let journal = model.journals.get(&pid);
+    ProcessMetrics {
+        pid,
+        comm: model
+            .procs
+            .get(&pid)
+            .map(|p| p.target.comm.clone())
+            .unwrap_or_default(),
+        mode: if journal.is_some_and(|j| !j.status.starts_with("rejected")) {
+            "journal+ebpf"
+        } else {
+            "ebpf-only"
+        },
+        verdict: kind,
+        threads_in_calls: ev.threads.len() as u64,
+        blocked_threads: ev.threads.iter().filter(|t| t.blocked).count() as u64,
+        sched_yield_per_s: ev.threads.iter().map(|t| t.sched_yield_per_s).sum(),
+        streams: ev
+            .kernels
+            .iter()
+            .map(|k| StreamMetrics {
+                device: k.device,
+                stream: k.stream.clone(),
+                kernel: bounded_label(k.kernel_demangled.as_deref().unwrap_or(&k.kernel)),
+                oldest_age_seconds: k.running_ms / 1e3,
+                in_flight: k.queued_behind as u64 + 1,
+            })
+            .collect(),
+        journal_drops: journal.map_or(vec![], |j| j.drops.iter().map(|(k, v)| (*k, *v)).collect()),
+        journal_ring_lost: journal.map_or(0, |j| j.ring_lost),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dump(
+    flight: &mut FlightRecorder,
+    collector: &Collector,
+    facts: &HashMap<u32, TargetFacts>,
+    names: &Names,
+    cfg: &Config,
+    log: &Log,
+    pid: u32,
+    now: u64,
+    start: u64,
+    snap: &mut Snapshot,
+) {
+    let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
+    let report = Report::build(
+        &collector.model,
+        facts,
+        now,
+        (now - start) as f64 / 1e6,
+        bound_ms,
+        false,
+        &cfg.bounds(),
+    );
+    let open = open_now(&collector.model, now, (bound_ms * 1e6) as u64);
+    match flight.dump(
+        &sys::hostname(),
+        pid,
+        now,
+        sys::realtime_ns(),
+        open,
+        names,
+        &serde_json::to_value(&report).unwrap_or_default(),
+    ) {
+        Ok(d) => {
+            snap.dumps_total += 1;
+            let removed = enforce_cap(&cfg.dump_dir, cfg.dump_max_bytes, &[&d.trace, &d.report]);
+            snap.dump_dir_bytes = dir_bytes(&cfg.dump_dir);
+            log.event(
+                "dump",
+                json!({"pid": pid, "trace": d.trace, "report": d.report, "events": d.events, "seconds_held": d.seconds_held, "rotated_out": removed}),
+                format!("pid {pid}: wrote {} and {} ({} events, last {:.1} s)", d.trace.display(), d.report.display(), d.events, d.seconds_held),
+            );
+        }
+        Err(e) => log.event(
+            "dump_failed",
+            json!({"pid": pid, "error": format!("{e:#}"), "failures": flight.dumps_failed}),
+            format!("pid {pid}: dump failed ({e:#}); still watching"),
+        ),
+    }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Removes the oldest dump files until the directory holds at most `cap` bytes (never the
+/// ones just written). Returns how many were removed.
+fn enforce_cap(dir: &Path, cap: u64, keep: &[&Path]) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf, u64)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            let name = e.file_name().to_string_lossy().to_string();
+            (m.is_file() && (name.ends_with(".trace.json.gz") || name.ends_with(".report.json")))
+                .then(|| {
+                    (
+                        m.modified().unwrap_or(std::time::UNIX_EPOCH),
+                        e.path(),
+                        m.len(),
+                    )
+                })
+        })
+        .collect();
+    files.sort();
+    let mut total: u64 = files.iter().map(|f| f.2).sum();
+    let mut removed = 0;
+    for (_, path, len) in files {
+        if total <= cap {
+            break;
+        }
+        if keep.iter().any(|k| *k == path) {
+            continue;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            total -= len;
+            removed += 1;
+        }
+    }
+    removed
+}

@@ -1,0 +1,381 @@
+//! `wedgeprobe daemon`: discovery of processes started after it, forgetting those that exit,
+//! /metrics accepted by a real Prometheus parser, a dump on a wedge, SIGHUP reloads, a target
+//! that crashes, and bad configuration / ports / dump directories.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpStream,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use super::{Worker, require_root, secs, shim_path, wedgeprobe_bin};
+
+struct Daemon {
+    child: Child,
+    events: Arc<Mutex<Vec<Value>>>,
+    config: PathBuf,
+    addr: String,
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("wp-daemon-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+impl Daemon {
+    fn start(tag: &str, extra: &str) -> Self {
+        let dir = tmpdir(tag);
+        let config = dir.join("wedgeprobe.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen = \"127.0.0.1:0\"\nlog_format = \"json\"\nscan_interval = \"300ms\"\ndump_dir = \"{}\"\n{extra}",
+                dir.join("dumps").display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(wedgeprobe_bin())
+            .args(["daemon", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let v = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                sink.lock().unwrap().push(v);
+            }
+        });
+        let mut d = Daemon {
+            child,
+            events,
+            config,
+            addr: String::new(),
+        };
+        let started = d.wait_for(secs(20.0), |e| e["event"] == "started");
+        d.addr = started["listen"].as_str().unwrap().to_string();
+        d
+    }
+
+    fn wait_for(&self, timeout: Duration, f: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Some(v) = self.events.lock().unwrap().iter().find(|e| f(e)) {
+                return v.clone();
+            }
+            sleep(Duration::from_millis(50));
+        }
+        panic!("timed out; events: {:?}", self.events.lock().unwrap());
+    }
+
+    fn metrics(&self) -> String {
+        let mut s = TcpStream::connect(&self.addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_string()
+    }
+
+    fn wait_metrics(&self, timeout: Duration, f: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let m = self.metrics();
+            if f(&m) {
+                return m;
+            }
+            assert!(start.elapsed() < timeout, "timed out; metrics:\n{m}");
+            sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+}
+
+/// Whether an unlabelled sample `name` has `value` (the encoder writes `name{} v`).
+fn has(m: &str, name: &str, value: &str) -> bool {
+    m.lines()
+        .any(|l| l == format!("{name} {value}") || l == format!("{name}{{}} {value}"))
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.signal(libc::SIGINT);
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_daemon_picks_up_a_process_started_after_it_and_forgets_it_when_it_exits() {
+    require_root!();
+    let d = Daemon::start("discover", "");
+    let shim = shim_path();
+    let w = Worker::spawn(&["healthy", "3"], &[("CUDA_INJECTION64_PATH", &shim)]);
+    let pid = w.pid();
+    let attached = d.wait_for(secs(10.0), |e| e["event"] == "attached" && e["pid"] == pid);
+    assert!(
+        attached["launch_probes"]
+            .as_str()
+            .unwrap()
+            .starts_with("off"),
+        "{attached}"
+    );
+    d.wait_metrics(secs(10.0), |m| {
+        m.contains(&format!(
+            "wedgeprobe_target_info{{pid=\"{pid}\",comm=\"launcher\",mode=\"journal+ebpf\"}} 1"
+        ))
+    });
+    d.wait_for(secs(15.0), |e| e["event"] == "detached" && e["pid"] == pid);
+    let m = d.metrics();
+    assert!(
+        !m.contains(&format!("pid=\"{pid}\"")),
+        "an exited process leaves with its series:\n{m}"
+    );
+}
+
+#[test]
+fn metrics_parse_with_the_prometheus_client_parser() {
+    require_root!();
+    let have = Command::new("python3")
+        .args(["-c", "import prometheus_client"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        eprintln!("skipping: python3 prometheus_client missing (scripts/setup.sh installs it)");
+        return;
+    }
+    let d = Daemon::start("parse", "kernel_floor = \"1s\"\n");
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "6", "500"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    let m = d.wait_metrics(secs(15.0), |m| m.contains("kind=\"kernel_wedge\""));
+    let mut py = Command::new("python3")
+        .args([
+            "-c",
+            "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+             fams = {f.name: f for f in p(sys.stdin.read())}\n\
+             age = [s for s in fams['wedgeprobe_oldest_kernel_age_seconds'].samples]\n\
+             print(len(fams), age[0].labels['kernel'], age[0].value)",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    py.stdin.take().unwrap().write_all(m.as_bytes()).unwrap();
+    let out = py.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "parser rejected it: {}\n{m}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("attn_wedge_kernel(barrier*, float*)"),
+        "{stdout}"
+    );
+    for name in [
+        "wedgeprobe_inflight_kernels{",
+        "wedgeprobe_blocked_threads{",
+        "wedgeprobe_sched_yield_per_second{",
+        "wedgeprobe_verdicts_total{kind=\"kernel_wedge\"}",
+        "wedgeprobe_journal_dropped_total{",
+        "wedgeprobe_ebpf_lost_total{",
+        "wedgeprobe_driver_call_duration_seconds_bucket{",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(m.contains(name), "{name} missing:\n{m}");
+    }
+    drop(w);
+}
+
+#[test]
+fn the_daemon_writes_one_dump_per_wedge() {
+    require_root!();
+    let d = Daemon::start("dump", "kernel_floor = \"1s\"\n");
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "6", "500"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    let pid = w.pid();
+    let dump = d.wait_for(secs(15.0), |e| e["event"] == "dump" && e["pid"] == pid);
+    let trace = PathBuf::from(dump["trace"].as_str().unwrap());
+    let report = PathBuf::from(dump["report"].as_str().unwrap());
+    let c = wp_tests::chrome_check::check_file(&trace).unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.open.iter().any(|e| e["cat"] == "kernel"));
+    let r: Value = serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
+    assert_eq!(r["verdict"]["kind"], "kernel_wedge");
+    sleep(secs(2.0));
+    let dumps = d
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "dump")
+        .count();
+    assert_eq!(dumps, 1);
+    assert!(has(&d.metrics(), "wedgeprobe_dumps_total", "1"));
+}
+
+#[test]
+fn sighup_reloads_the_config_and_a_bad_one_is_rejected_by_key() {
+    require_root!();
+    let d = Daemon::start("reload", "");
+    d.wait_metrics(secs(5.0), |m| {
+        has(m, "wedgeprobe_blocked_after_seconds", "1.0")
+    });
+    let text = std::fs::read_to_string(&d.config).unwrap();
+    std::fs::write(&d.config, format!("{text}blocked_after = \"3s\"\n")).unwrap();
+    d.signal(libc::SIGHUP);
+    d.wait_for(secs(5.0), |e| e["event"] == "config_reloaded");
+    d.wait_metrics(secs(5.0), |m| {
+        has(m, "wedgeprobe_blocked_after_seconds", "3.0")
+    });
+    std::fs::write(&d.config, format!("{text}blocked_after = \"soon\"\n")).unwrap();
+    d.signal(libc::SIGHUP);
+    let rejected = d.wait_for(secs(5.0), |e| e["event"] == "config_rejected");
+    assert!(
+        rejected["error"]
+            .as_str()
+            .unwrap()
+            .contains("key `blocked_after`"),
+        "{rejected}"
+    );
+    let m = d.metrics();
+    assert!(
+        has(&m, "wedgeprobe_blocked_after_seconds", "3.0"),
+        "old config kept:\n{m}"
+    );
+    assert!(has(&m, "wedgeprobe_config_errors_total", "1"), "{m}");
+}
+
+#[test]
+fn the_daemon_survives_a_target_that_crashes() {
+    require_root!();
+    let d = Daemon::start("crash", "");
+    let shim = shim_path();
+    let mut w = Worker::spawn(
+        &["wedge", "20", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "20"),
+        ],
+    );
+    let pid = w.pid();
+    d.wait_for(secs(10.0), |e| e["event"] == "attached" && e["pid"] == pid);
+    sleep(secs(1.0));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGSEGV) };
+    let _ = w.child.wait();
+    d.wait_for(secs(10.0), |e| e["event"] == "detached" && e["pid"] == pid);
+    assert!(d.metrics().contains("wedgeprobe_discovery_scans_total"));
+}
+
+#[test]
+fn an_unwritable_dump_dir_is_counted_and_watching_goes_on() {
+    require_root!();
+    let d = Daemon::start("nodump", "kernel_floor = \"1s\"\n");
+    // Point the dumps at a path that cannot be a directory, then reload.
+    let text = std::fs::read_to_string(&d.config).unwrap();
+    let bad: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("dump_dir") {
+                "dump_dir = \"/proc/version/dumps\"".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&d.config, bad + "\n").unwrap();
+    d.signal(libc::SIGHUP);
+    d.wait_for(secs(5.0), |e| e["event"] == "config_reloaded");
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "6", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    let f = d.wait_for(secs(15.0), |e| {
+        e["event"] == "dump_failed" && e["pid"] == w.pid()
+    });
+    assert!(
+        f["error"].as_str().unwrap().contains("/proc/version/dumps"),
+        "{f}"
+    );
+    d.wait_metrics(secs(5.0), |m| {
+        has(m, "wedgeprobe_dump_failures_total", "1")
+    });
+    // Still watching: the verdict is there.
+    assert!(d.metrics().contains("kind=\"kernel_wedge\""));
+}
+
+#[test]
+fn a_bad_config_names_the_key_and_a_port_in_use_is_clear() {
+    require_root!();
+    let dir = tmpdir("bad");
+    let cfg = dir.join("c.toml");
+    std::fs::write(&cfg, "scan_interval = \"often\"\n").unwrap();
+    let out = Command::new(wedgeprobe_bin())
+        .args(["daemon", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("key `scan_interval`") && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
+    std::fs::write(&cfg, "colour = \"blue\"\n").unwrap();
+    let out = Command::new(wedgeprobe_bin())
+        .args(["daemon", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `colour`"));
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    std::fs::write(&cfg, format!("listen = \"127.0.0.1:{port}\"\n")).unwrap();
+    let out = Command::new(wedgeprobe_bin())
+        .args(["daemon", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(10), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+}
