@@ -39,11 +39,29 @@ enum What {
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
     },
+    /// The daemon's own CPU and memory while it watches N busy processes on the simulated
+    /// driver (issue 5's bound: < 2% of one core, < 100 MiB RSS at steady state).
+    Daemon {
+        #[arg(long, default_value_t = 8)]
+        procs: u32,
+        /// Seconds measured, after the daemon attached to all of them.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Extra lines for the daemon's config (e.g. `flight_max_events = 1`).
+        #[arg(long, default_value = "")]
+        config: String,
+    },
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    if let Some(What::TraceExport { events }) = &args.what {
-        return trace_export(*events);
+    match &args.what {
+        Some(What::TraceExport { events }) => return trace_export(*events),
+        Some(What::Daemon {
+            procs,
+            seconds,
+            config,
+        }) => return daemon_bounds(*procs, *seconds, config),
+        None => {}
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -187,5 +205,83 @@ fn trace_export(events: u64) -> anyhow::Result<()> {
         );
         let _ = std::fs::remove_file(out);
     }
+    Ok(())
+}
+
+/// CPU seconds (user + system) and resident bytes of `pid`, from /proc.
+fn usage(pid: u32) -> (f64, u64) {
+    // SAFETY: sysconf has no preconditions.
+    let (ticks, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = stat.rsplit_once(')').map_or(vec![], |(_, r)| r.split_whitespace().collect());
+    let cpu = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/statm"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .unwrap_or(0);
+    (cpu / ticks.max(1) as f64, rss * page.max(1) as u64)
+}
+
+fn daemon_bounds(procs: u32, seconds: u64, extra: &str) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the daemon attaches eBPF probes: run it as root");
+    }
+    let wedgeprobe = build_wedgeprobe(true)?;
+    let shim = wedgeprobe.with_file_name("libcupti_shim.so");
+    let dir = std::env::temp_dir().join(format!("wp-daemon-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cfg = dir.join("wedgeprobe.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndump_dir = \"{}\"\n{}\n",
+            dir.join("dumps").display(),
+            extra.replace("\\n", "\n")
+        ),
+    )?;
+    let mut workers = Vec::new();
+    for _ in 0..procs {
+        workers.push(
+            Command::new(wp_tests::simworker())
+                .args(["healthy", &(seconds + 30).to_string()])
+                .env("CUDA_INJECTION64_PATH", &shim)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+    }
+    let mut daemon = Command::new(&wedgeprobe)
+        .args(["daemon", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let pid = daemon.id();
+    // Attaching 8 processes takes a few seconds (uprobes); then steady state.
+    sleep(Duration::from_secs(10));
+    let (cpu0, _) = usage(pid);
+    let mut max_rss = 0;
+    for _ in 0..seconds {
+        sleep(Duration::from_secs(1));
+        max_rss = max_rss.max(usage(pid).1);
+    }
+    let (cpu1, rss) = usage(pid);
+    // SAFETY: signalling our own children.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let _ = daemon.wait();
+    for mut w in workers {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    let core_pct = 100.0 * (cpu1 - cpu0) / seconds as f64;
+    println!("| processes | seconds | daemon CPU (% of one core) | RSS at end MiB | max RSS MiB |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| {procs} | {seconds} | {core_pct:.2} | {:.1} | {:.1} |",
+        rss as f64 / (1 << 20) as f64,
+        max_rss as f64 / (1 << 20) as f64
+    );
     Ok(())
 }

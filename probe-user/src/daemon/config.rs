@@ -36,7 +36,7 @@ impl Default for Config {
             kernel_multiple: 10.0,
             kernel_hard_bound: Duration::from_secs(60),
             flight_seconds: Duration::from_secs(30),
-            flight_max_events: 500_000,
+            flight_max_events: 250_000,
             json_logs: false,
             max_targets: 64,
         }
@@ -183,6 +183,12 @@ mod tests {
     #[test]
     fn an_empty_file_is_the_defaults() {
         assert_eq!(parse("", "c.toml"), Ok(Config::default()));
+    }
+
+    #[test]
+    fn the_shipped_example_is_the_defaults() {
+        let text = include_str!("../../../deploy/wedgeprobe.toml");
+        assert_eq!(parse(text, "deploy/wedgeprobe.toml"), Ok(Config::default()));
     }
 
     #[test]
