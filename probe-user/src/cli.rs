@@ -75,9 +75,22 @@ pub struct Targets {
     /// A suspect kernel running this long is stuck even with no host thread blocked on it.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub kernel_hard_bound: Duration,
+    /// Treat all the PIDs as the ranks of one job (else jobs come from their environment).
+    #[arg(long)]
+    pub job: bool,
+    /// A kernel whose name contains PATTERN is a collective (repeat; added to the built-in
+    /// NCCL / custom all-reduce patterns).
+    #[arg(long = "collective", value_name = "PATTERN")]
+    pub collectives: Vec<String>,
 }
 
 impl Targets {
+    /// Applies the job-level options (process-wide settings read by the verdict code).
+    pub fn apply_job_options(&self) {
+        crate::job::set_one_job(self.job);
+        crate::kernel_verdict::set_extra_collectives(self.collectives.clone());
+    }
+
     pub fn kernel_bounds(&self) -> crate::kernel_verdict::Bounds {
         crate::kernel_verdict::Bounds {
             floor_ms: self.kernel_floor.as_secs_f64() * 1e3,

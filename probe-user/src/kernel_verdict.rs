@@ -34,8 +34,12 @@ impl Default for Bounds {
 /// Completed runs needed before a name's history sets its bound.
 const MIN_HISTORY: u64 = 5;
 
-/// Names of collective kernels: NCCL's and the custom all-reduce kernels of the serving
-/// stacks. A stuck collective waits for a peer; the culprit is elsewhere.
+/// Names of collective kernels (substrings): NCCL's (`ncclDevKernel_AllReduce_Sum_f32_RING_LL`,
+/// `ncclKernel_…`), vLLM's custom all-reduce (`cross_device_reduce_1stage/2stage`), SGLang's
+/// (`custom_all_reduce`, `allreduce`), TensorRT-LLM's (`oneShotAllReduceKernel`,
+/// `twoShotAllReduceKernel`, `allReduceFusionKernel`, Lamport variants) and FlashInfer's
+/// (`trtllm_allreduce`, `all_reduce`). A stuck collective waits for a peer; the culprit is
+/// elsewhere. More with `--collective PATTERN` / the daemon's `collectives` key.
 const COLLECTIVE_PATTERNS: &[&str] = &[
     "ncclDevKernel_",
     "ncclKernel_",
@@ -43,13 +47,34 @@ const COLLECTIVE_PATTERNS: &[&str] = &[
     "custom_all_reduce",
     "allreduce",
     "AllReduce",
+    "allReduce",
     "all_reduce",
+    "AllGather",
+    "all_gather",
+    "ReduceScatter",
+    "reduce_scatter",
     "twoshot",
     "oneshot",
+    "twoShot",
+    "oneShot",
+    "lamport",
 ];
+
+static EXTRA_COLLECTIVES: std::sync::RwLock<Vec<String>> = std::sync::RwLock::new(Vec::new());
+
+/// Adds name patterns that mark a kernel as a collective (configuration; replaces earlier
+/// extra patterns).
+pub fn set_extra_collectives(patterns: Vec<String>) {
+    if let Ok(mut p) = EXTRA_COLLECTIVES.write() {
+        *p = patterns.into_iter().filter(|s| !s.is_empty()).collect();
+    }
+}
 
 pub fn is_collective(name: &str) -> bool {
     COLLECTIVE_PATTERNS.iter().any(|p| name.contains(p))
+        || EXTRA_COLLECTIVES
+            .read()
+            .is_ok_and(|extra| extra.iter().any(|p| name.contains(p.as_str())))
 }
 
 /// Durations of completed kernels per (pid, name), in µs.

@@ -70,6 +70,7 @@ fn report(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
             "--window is at most 60s (a report is a snapshot; use `watch` to observe longer)"
         );
     }
+    args.targets.apply_job_options();
     let mut session = Session::attach(&args.targets.pids, !args.no_launch_returns)?;
     signals::install();
     let start = sys::monotonic_ns();

@@ -29,6 +29,19 @@ pub struct Report {
     /// Every loss, by name; all zero in a complete report.
     pub lost: std::collections::BTreeMap<&'static str, u64>,
     pub verdict: Verdict,
+    /// Targets grouped into jobs (two or more ranks): each rank's state and the culprit.
+    pub jobs: Vec<crate::job::JobView>,
+    /// This node, and the clock pair taken when the report was built: `wedgeprobe merge`
+    /// aligns reports of several nodes with it (times in `kernels`/`threads` are relative to
+    /// this instant).
+    pub host: String,
+    pub clock: Clock,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize)]
+pub struct Clock {
+    pub monotonic_ns: u64,
+    pub realtime_ns: u64,
 }
 
 #[derive(Serialize)]
@@ -81,6 +94,15 @@ impl Report {
         let with_journal = model.journal_read();
         let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive, with_journal);
         verdict::apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
+        let infos: Vec<crate::job::RankInfo> = model
+            .procs
+            .keys()
+            .map(|&pid| crate::job::read_rank_info(pid))
+            .collect();
+        let jobs = crate::job::analyze(&infos, &kernels, crate::job::one_job());
+        if let Some(c) = jobs.iter().find_map(|j| j.culprit.as_ref()) {
+            verdict.summary = format!("{} Job: {}", verdict.summary, c.summary);
+        }
         let targets = model
             .procs
             .values()
@@ -141,6 +163,12 @@ impl Report {
             latency,
             lost,
             verdict,
+            jobs,
+            host: crate::sys::hostname(),
+            clock: Clock {
+                monotonic_ns: now_ns,
+                realtime_ns: crate::sys::realtime_ns(),
+            },
         }
     }
 
@@ -293,6 +321,24 @@ impl Report {
             .collect();
         if !lost.is_empty() {
             writeln!(out, "\nlost or incomplete: {}", lost.join(" "))?;
+        }
+        for j in &self.jobs {
+            writeln!(out, "\njob {} ({} ranks):", j.job, j.ranks.len())?;
+            for r in &j.ranks {
+                writeln!(
+                    out,
+                    "  rank {:>3} pid {:>7}  {:<22} {}{}",
+                    r.rank,
+                    r.pid,
+                    r.state,
+                    r.kernel.as_deref().unwrap_or("-"),
+                    r.running_ms
+                        .map_or(String::new(), |ms| format!("  ~{}", fmt_duration(ms)))
+                )?;
+            }
+            if let Some(c) = &j.culprit {
+                writeln!(out, "  CULPRIT: {}", c.summary)?;
+            }
         }
         writeln!(
             out,

@@ -69,6 +69,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 kernel_floor: args.kernel_floor,
                 kernel_multiple: 10.0,
                 kernel_hard_bound: Duration::from_secs(60),
+                job: false,
+                collectives: Vec::new(),
             },
             json: args.json,
             duration: None,

@@ -24,6 +24,7 @@ use crate::{
 const TICK: Duration = Duration::from_millis(50);
 
 pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    args.targets.apply_job_options();
     let mut session = Session::attach(&args.targets.pids, args.launch_returns)?;
     signals::install();
     let bound_ms = args.targets.blocked_after.as_secs_f64() * 1e3;
@@ -66,6 +67,15 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         )
     });
     let first_pid = args.targets.pids[0];
+    // Ranks come from the targets' environment, which does not change: read once.
+    let infos: Vec<crate::job::RankInfo> = session
+        .collector
+        .model
+        .procs
+        .keys()
+        .map(|&pid| crate::job::read_rank_info(pid))
+        .collect();
+    let mut last_culprit: Option<(u32, u32)> = None;
     loop {
         let now = sys::monotonic_ns();
         for gone in session.collector.poll(now) {
@@ -132,6 +142,18 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
                     &serde_json::to_value(&report).unwrap_or_default(),
                 );
                 print_dump(out, args.json, pid, &dumped, recorder)?;
+            }
+        }
+        let jobs = crate::job::analyze(&infos, &kernels, crate::job::one_job());
+        let culprit = jobs.iter().find_map(|j| j.culprit.as_ref());
+        if culprit.map(|c| (c.pid, c.rank)) != last_culprit {
+            last_culprit = culprit.map(|c| (c.pid, c.rank));
+            if let Some(c) = culprit {
+                if args.json {
+                    writeln!(out, "{}", json!({"event": "culprit", "culprit": c}))?;
+                } else {
+                    writeln!(out, "{} CULPRIT   {}", clock(), c.summary)?;
+                }
             }
         }
         if v.kind != last_kind {

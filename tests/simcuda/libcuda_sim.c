@@ -9,7 +9,8 @@
  *   - while the queue is full, a launch spins on sched_yield (≈72k yields/s on the H200);
  *   - synchronize busy-spins without yielding (100% CPU, zero sched_yield), unless
  *     SIMCUDA_BLOCKING_SYNC=1, which sleeps instead (cudaDeviceScheduleBlockingSync);
- *   - a kernel whose name contains "wedge" never completes ("the switch that wedges it")
+ *   - a kernel whose name contains "wedge" (or $SIMCUDA_WEDGE_KERNEL) never completes ("the
+ *     switch that wedges it")
  *     until simcuda_release() is called or SIMCUDA_RELEASE_AFTER_S (default 10) seconds
  *     pass, so a test can never leave a process stuck forever.
  * Kernel durations: SIMCUDA_KERNEL_US (default 5); a name containing "long" runs
@@ -215,7 +216,9 @@ static struct sim_kernel *new_kernel(const char *name) {
     struct sim_kernel *k = calloc(1, sizeof *k);
     if (!k) return NULL;
     snprintf(k->name, sizeof k->name, "%s", name);
-    k->wedges = strstr(name, "wedge") != NULL;
+    /* SIMCUDA_WEDGE_KERNEL: the name substring that wedges (default "wedge"). */
+    const char *w = getenv("SIMCUDA_WEDGE_KERNEL");
+    k->wedges = strstr(name, w && *w ? w : "wedge") != NULL;
     k->duration_ns = strstr(name, "long") ? long_kernel_ns : default_kernel_ns;
     return k;
 }

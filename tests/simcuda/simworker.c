@@ -86,7 +86,9 @@ int main(int argc, char **argv) {
     cuStreamCreate(&stream, 0);
     cuModuleGetFunction(&prefill, NULL, "_Z14prefill_kernelPfS_i");
     cuModuleGetFunction(&decode, NULL, "_Z13decode_kernelPKfPfi");
-    cuModuleGetFunction(&wedge, NULL, "_Z17attn_wedge_kernelP7barrierPf");
+    /* SIMWORKER_WEDGE_NAME: the stuck kernel's name (a collective's, for the culprit tests). */
+    const char *wedge_name = getenv("SIMWORKER_WEDGE_NAME");
+    cuModuleGetFunction(&wedge, NULL, wedge_name ? wedge_name : "_Z17attn_wedge_kernelP7barrierPf");
     cuModuleGetFunction(&long_kernel, NULL, "_Z11long_kernelPf");
     pthread_setname_np(pthread_self(), "launcher");
     double start = now_s();

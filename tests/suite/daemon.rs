@@ -332,9 +332,7 @@ fn an_unwritable_dump_dir_is_counted_and_watching_goes_on() {
         f["error"].as_str().unwrap().contains("/proc/version/dumps"),
         "{f}"
     );
-    d.wait_metrics(secs(5.0), |m| {
-        has(m, "wedgeprobe_dump_failures_total", "1")
-    });
+    d.wait_metrics(secs(5.0), |m| has(m, "wedgeprobe_dump_failures_total", "1"));
     // Still watching: the verdict is there.
     assert!(d.metrics().contains("kind=\"kernel_wedge\""));
 }

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod daemon;
+mod job;
 mod lifecycle;
 mod report;
 mod shim;

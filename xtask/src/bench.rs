@@ -211,14 +211,25 @@ fn trace_export(events: u64) -> anyhow::Result<()> {
 /// CPU seconds (user + system) and resident bytes of `pid`, from /proc.
 fn usage(pid: u32) -> (f64, u64) {
     // SAFETY: sysconf has no preconditions.
-    let (ticks, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (ticks, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let f: Vec<&str> = stat.rsplit_once(')').map_or(vec![], |(_, r)| r.split_whitespace().collect());
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, r)| r.split_whitespace().collect());
     let cpu = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
         + f.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
     let rss = std::fs::read_to_string(format!("/proc/{pid}/statm"))
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
         .unwrap_or(0);
     (cpu / ticks.max(1) as f64, rss * page.max(1) as u64)
 }

@@ -21,6 +21,8 @@ pub struct Config {
     pub flight_max_events: usize,
     pub json_logs: bool,
     pub max_targets: usize,
+    /// Extra kernel-name patterns that mark collectives.
+    pub collectives: Vec<String>,
 }
 
 impl Default for Config {
@@ -39,6 +41,7 @@ impl Default for Config {
             flight_max_events: 250_000,
             json_logs: false,
             max_targets: 64,
+            collectives: Vec::new(),
         }
     }
 }
@@ -60,6 +63,7 @@ struct File {
     flight_max_events: Option<usize>,
     log_format: Option<String>,
     max_targets: Option<usize>,
+    collectives: Option<Vec<String>>,
 }
 
 /// What is wrong with a configuration, naming the key.
@@ -148,6 +152,7 @@ pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
             Some(o) => return Err(key("log_format", format!("`{o}` is not `text` or `json`"))),
         },
         max_targets: f.max_targets.unwrap_or(d.max_targets).max(1),
+        collectives: f.collectives.clone().unwrap_or_default(),
     };
     if c.tick > Duration::from_secs(5) {
         return Err(key(

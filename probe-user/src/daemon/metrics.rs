@@ -32,6 +32,8 @@ pub struct Snapshot {
     pub blocked_after_seconds: f64,
     pub cpu_seconds: f64,
     pub rss_bytes: u64,
+    /// Per job with a culprit: (job, rank, pid, kernel).
+    pub culprits: Vec<(String, u32, u32, String)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -231,6 +233,25 @@ impl Collector for SnapshotCollector {
             &s.processes
                 .iter()
                 .map(|p| (pid(p), p.sched_yield_per_s))
+                .collect::<Vec<_>>(),
+        )?;
+        gauge(
+            &mut e,
+            "wedgeprobe_culprit",
+            "The rank whose non-collective kernel is stuck while its peers wait in collectives (1).",
+            &s.culprits
+                .iter()
+                .map(|(job, rank, pid, kernel)| {
+                    (
+                        vec![
+                            ("job", job.clone()),
+                            ("rank", rank.to_string()),
+                            ("pid", pid.to_string()),
+                            ("kernel", bounded_label(kernel)),
+                        ],
+                        1u64,
+                    )
+                })
                 .collect::<Vec<_>>(),
         )?;
         counter(

@@ -67,6 +67,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
     let log = Log {
         json: cfg.json_logs,
     };
+    crate::kernel_verdict::set_extra_collectives(cfg.collectives.clone());
     let snapshot = Arc::new(Mutex::new(Snapshot::default()));
     let bound = http::serve(cfg.listen, snapshot.clone())?;
     let mut collector = Collector::new(Probe::load()?)?;
@@ -86,6 +87,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
     let mut ticks = TickRecorder::start(&mut collector);
     let mut names = Names::default();
     let mut verdicts: HashMap<u32, &'static str> = HashMap::new();
+    let mut rank_infos: HashMap<u32, crate::job::RankInfo> = HashMap::new();
     let mut snap = Snapshot::default();
     let mut last_scan = 0u64;
     let start = sys::monotonic_ns();
@@ -105,6 +107,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
                         );
                     }
                     flight.config = new.flight();
+                    crate::kernel_verdict::set_extra_collectives(new.collectives.clone());
                     cfg = Config {
                         listen: cfg.listen,
                         ..new
@@ -225,6 +228,43 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             processes.push(process_metrics(&collector, *pid, ev, kind));
         }
         snap.processes = processes;
+        // Jobs across the node's processes; the environment is read once per process.
+        let infos: Vec<crate::job::RankInfo> = collector
+            .model
+            .procs
+            .keys()
+            .map(|&pid| {
+                rank_infos
+                    .entry(pid)
+                    .or_insert_with(|| crate::job::read_rank_info(pid))
+                    .clone()
+            })
+            .collect();
+        rank_infos.retain(|pid, _| collector.model.procs.contains_key(pid));
+        let jobs = crate::job::analyze(&infos, &all.kernels, false);
+        let culprits: Vec<(String, u32, u32, String)> = jobs
+            .iter()
+            .filter_map(|j| {
+                j.culprit
+                    .as_ref()
+                    .map(|c| (j.job.clone(), c.rank, c.pid, c.kernel.clone()))
+            })
+            .collect();
+        for c in &culprits {
+            if !snap.culprits.contains(c) {
+                let summary = jobs
+                    .iter()
+                    .find_map(|j| j.culprit.as_ref().filter(|x| x.pid == c.2))
+                    .map(|x| x.summary.clone())
+                    .unwrap_or_default();
+                log.event(
+                    "culprit",
+                    json!({"job": c.0, "rank": c.1, "pid": c.2, "kernel": c.3, "summary": summary}),
+                    format!("job {}: {summary}", c.0),
+                );
+            }
+        }
+        snap.culprits = culprits;
         snap.latency = collector
             .model
             .latency

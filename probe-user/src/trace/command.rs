@@ -33,6 +33,7 @@ pub struct TraceArgs {
 pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
     // The output first: an unwritable path fails before anything is attached.
     let mut trace = ChromeTrace::create(&args.output, sys::monotonic_ns(), sys::realtime_ns())?;
+    args.targets.apply_job_options();
     let mut session = match Session::attach(&args.targets.pids, false) {
         Ok(s) => s,
         Err(e) => {

@@ -1,0 +1,112 @@
+//! The culprit rank on one node: four rank processes on the simulated driver, three stuck in
+//! an NCCL all-reduce kernel waiting for the fourth, which is stuck in a GEMM.
+
+use std::thread::sleep;
+
+use super::{Worker, report_json, require_root, secs, shim_path, wedgeprobe};
+
+fn ranks() -> Vec<Worker> {
+    let shim = shim_path();
+    (0..4)
+        .map(|rank| {
+            let culprit = rank == 2;
+            let rank_s = rank.to_string();
+            // The culprit stops first (its GEMM wedges at 300 ms); the peers reach the
+            // all-reduce later (900 ms) and wait there.
+            Worker::spawn(
+                &["wedge", "12", if culprit { "300" } else { "900" }],
+                &[
+                    ("CUDA_INJECTION64_PATH", &shim),
+                    ("SIMCUDA_RELEASE_AFTER_S", "12"),
+                    ("RANK", &rank_s),
+                    ("WORLD_SIZE", "4"),
+                    ("MASTER_ADDR", "10.1.2.3"),
+                    ("MASTER_PORT", "29500"),
+                    (
+                        "SIMCUDA_WEDGE_KERNEL",
+                        if culprit { "gemm" } else { "AllReduce" },
+                    ),
+                    (
+                        "SIMWORKER_WEDGE_NAME",
+                        if culprit {
+                            "_Z11gemm_kernelPKfS0_Pf"
+                        } else {
+                            "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+                        },
+                    ),
+                ],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_rank_stuck_outside_a_collective_is_named_the_culprit() {
+    require_root!();
+    let w = ranks();
+    sleep(secs(3.0));
+    let mut args: Vec<String> = vec!["--kernel-floor".into(), "1s".into()];
+    for x in &w {
+        args.push("--pid".into());
+        args.push(x.pid_arg());
+    }
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = report_json(&a);
+    let jobs = r["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{}", r["jobs"]);
+    assert_eq!(jobs[0]["job"], "master 10.1.2.3:29500");
+    let c = &jobs[0]["culprit"];
+    assert_eq!(c["rank"], 2, "{c}");
+    assert_eq!(c["pid"].as_u64(), Some(w[2].pid() as u64));
+    assert_eq!(
+        c["kernel"], "gemm_kernel(float const*, float const*, float*)",
+        "{c}"
+    );
+    assert_eq!(c["waiting_ranks"], serde_json::json!([0, 1, 3]));
+    let ahead = c["ahead_of_others_ms"].as_f64().unwrap();
+    assert!(
+        (300.0..1_500.0).contains(&ahead),
+        "stopped ~0.6 s before the others: {ahead}"
+    );
+    for rank in [0, 1, 3] {
+        assert_eq!(jobs[0]["ranks"][rank]["state"], "waiting_in_collective");
+    }
+    assert!(
+        r["verdict"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("rank 2 (pid")
+    );
+}
+
+#[test]
+fn watch_prints_the_culprit() {
+    require_root!();
+    let w = ranks();
+    sleep(secs(1.0));
+    let mut args: Vec<String> = [
+        "watch",
+        "--json",
+        "--duration",
+        "5s",
+        "--kernel-floor",
+        "1s",
+        "--no-flight",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for x in &w {
+        args.push("--pid".into());
+        args.push(x.pid_arg());
+    }
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = wedgeprobe(&a);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let culprit = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["event"] == "culprit")
+        .unwrap_or_else(|| panic!("no culprit line:\n{stdout}"));
+    assert_eq!(culprit["culprit"]["rank"], 2, "{culprit}");
+}
