@@ -48,6 +48,13 @@ pub struct Collector {
     /// When set, every call, launch and kernel drained is also appended here as a trace
     /// event (for `trace` and the flight recorder); the consumer empties it each tick.
     pub tap: Option<Vec<TraceEvent>>,
+    /// Per sleeping thread, the (sp, pc) its stack was last scanned at: a thread still asleep
+    /// at the same place has the same stack, so it is not read and scanned again (a serving
+    /// process has dozens of threads parked in futex waits).
+    scanned_at: HashMap<(u32, u32), (u64, u64)>,
+    /// Newest journal records read per process per poll (`u64::MAX`: all; the daemon bounds
+    /// it).
+    pub max_records_per_poll: u64,
     /// Kernel names read from journals, by (pid, name id): a name slot never changes once
     /// written, and a trace names every kernel event.
     names: HashMap<(u32, u32), Arc<str>>,
@@ -78,6 +85,8 @@ impl Collector {
             last_prune_ns: 0,
             journals: HashMap::new(),
             tap: None,
+            max_records_per_poll: u64::MAX,
+            scanned_at: HashMap::new(),
             names: HashMap::new(),
         })
     }
@@ -141,7 +150,7 @@ impl Collector {
     fn read_journals(&mut self, now_ns: u64) {
         for (&pid, (journal, cursor)) in self.journals.iter_mut() {
             let view = journal.view();
-            for r in cursor.advance(view) {
+            for r in cursor.advance_at_most(view, self.max_records_per_poll) {
                 if !(is_completion(&r) || r.kind == RECORD_LAUNCH) {
                     continue;
                 }
@@ -190,6 +199,7 @@ impl Collector {
                         .then(|| now_ns.saturating_sub(heartbeat) as f64 / 1e6),
                     completions_seen: cursor.completed,
                     ring_lost: cursor.lost,
+                    ring_skipped: cursor.skipped,
                     drops: view.drops().into_iter().collect(),
                 },
             );
@@ -322,6 +332,11 @@ impl Collector {
                 let Some((sp, pc)) = syscall_regs(pid, tid) else {
                     continue;
                 };
+                if self.scanned_at.insert((pid, tid), (sp, pc)) == Some((sp, pc)) {
+                    // Same place as last time: refresh the scan's timestamp only.
+                    self.model.confirm_scan(pid, tid, now_ns);
+                    continue;
+                }
                 let stack = read_stack(pid, sp);
                 self.model.on_stack(pid, tid, pc, &stack, now_ns);
             }
@@ -365,6 +380,8 @@ impl Collector {
                 t.name = p.target.thread_name(tid);
             }
             let alive = p.target.threads();
+            self.scanned_at
+                .retain(|(p, t), _| *p != pid || alive.contains(t));
             for tid in self.model.prune_threads(pid, &alive) {
                 // A thread that died inside a call never ran its uretprobe.
                 let _ = self.in_call.remove(&tid);

@@ -257,6 +257,11 @@ impl JournalView {
         out
     }
 
+    /// Records ever written to the ring (its head index now).
+    pub fn header_now_ring_head(&self) -> u64 {
+        self.header_now().ring_head
+    }
+
     /// Ring records from index `cursor` on (at most one ring's worth).
     pub fn ring_since(&self, cursor: u64) -> RingRead {
         let head = self.header_now().ring_head;

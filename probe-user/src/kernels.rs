@@ -22,6 +22,8 @@ pub struct JournalCursor {
     /// Latest GPU end time per CUPTI stream id.
     last_end: HashMap<u32, u64>,
     pub lost: u64,
+    /// Records passed over by `advance_at_most` (not lost: deliberately not read).
+    pub skipped: u64,
     pub completed: u64,
     /// Highest completed correlation id per CUPTI stream id: streams run in order, so every
     /// launch before it on that stream is done even if its own record never came.
@@ -86,6 +88,20 @@ impl JournalCursor {
     /// Consumes the ring since the last call; returns every record read (launches,
     /// completions, synchronizes), in ring order.
     pub fn advance(&mut self, view: &JournalView) -> Vec<RingRecord> {
+        self.advance_at_most(view, u64::MAX)
+    }
+
+    /// `advance`, reading at most the newest `max` records (older ones are counted in
+    /// `skipped`): the daemon's work per tick stays bounded however fast processes launch.
+    /// The stream heads come from the in-flight table, not the ring, so skipping only thins
+    /// the history and the flight recorder.
+    pub fn advance_at_most(&mut self, view: &JournalView, max: u64) -> Vec<RingRecord> {
+        let head = view.header_now_ring_head();
+        if head.saturating_sub(self.next) > max {
+            let from = head - max;
+            self.skipped += from - self.next;
+            self.next = from;
+        }
         let read = view.ring_since(self.next);
         self.next = read.next;
         self.lost += read.lost;

@@ -190,6 +190,9 @@ pub struct JournalInfo {
     pub completions_seen: u64,
     /// Ring records overwritten before wedgeprobe read them.
     pub ring_lost: u64,
+    /// Ring records deliberately not read (the daemon reads at most the newest few thousand
+    /// per process per tick).
+    pub ring_skipped: u64,
     /// The shim's own drop counters.
     pub drops: std::collections::BTreeMap<&'static str, u64>,
 }
@@ -335,6 +338,20 @@ impl Model {
     }
 
     /// A stack sample (on-CPU from eBPF, or off-CPU from /proc): finds the entry point, if any.
+    /// A sleeping thread is still where its last scan found it (same sp and pc): that scan's
+    /// answer stands, as of now.
+    pub fn confirm_scan(&mut self, pid: u32, tid: u32, now_ns: u64) {
+        let Some(t) = self.thread(pid, tid) else {
+            return;
+        };
+        if let Some((_, inside)) = t.last_scan {
+            t.last_scan = Some((now_ns, inside));
+        }
+        if let Some(c) = t.scanned_call.as_mut() {
+            c.confirmed_ns = now_ns;
+        }
+    }
+
     pub fn on_stack(&mut self, pid: u32, tid: u32, ip: u64, stack: &[u8], now_ns: u64) {
         let Some(p) = self.procs.get(&pid) else {
             return;
@@ -423,6 +440,16 @@ impl Model {
         for (&tid, t) in p.threads.iter_mut() {
             if !calls.iter().any(|c| c.tid == tid) {
                 t.journal_call = None;
+                // The shim sees every launch, synchronize and copy: a stack scan that put
+                // the thread inside one of those is stale (a launch-bound thread is inside
+                // libcuda at nearly every sample, a new launch each time).
+                if t
+                    .scanned_call
+                    .as_ref()
+                    .is_some_and(|sc| api::class(sc.api).is_some())
+                {
+                    t.scanned_call = None;
+                }
             }
         }
         for c in calls {

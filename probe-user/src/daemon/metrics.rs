@@ -48,6 +48,7 @@ pub struct ProcessMetrics {
     pub streams: Vec<StreamMetrics>,
     pub journal_drops: Vec<(&'static str, u64)>,
     pub journal_ring_lost: u64,
+    pub journal_ring_skipped: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -276,6 +277,15 @@ impl Collector for SnapshotCollector {
             &s.processes
                 .iter()
                 .map(|p| (pid(p), p.journal_ring_lost))
+                .collect::<Vec<_>>(),
+        )?;
+        counter(
+            &mut e,
+            "wedgeprobe_journal_ring_skipped",
+            "Journal records not read: the daemon reads at most the newest 1,024 per process per tick.",
+            &s.processes
+                .iter()
+                .map(|p| (pid(p), p.journal_ring_skipped))
                 .collect::<Vec<_>>(),
         )?;
         counter(
