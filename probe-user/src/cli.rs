@@ -28,6 +28,8 @@ pub enum Command {
     Trace(crate::trace::command::TraceArgs),
     /// Print the path to put in CUDA_INJECTION64_PATH (the shim next to this binary).
     ShimPath,
+    /// Join reports (and traces) of several nodes: one clock, the job-wide culprit rank.
+    Merge(crate::merge::MergeArgs),
     /// Always on: find every CUDA process on the node, watch them, serve Prometheus metrics,
     /// write incident dumps.
     Daemon(crate::daemon::DaemonArgs),

@@ -12,6 +12,7 @@ pub mod journal;
 pub mod kernel_verdict;
 pub mod kernels;
 pub mod libcuda;
+pub mod merge;
 pub mod model;
 pub mod probe;
 pub mod release;

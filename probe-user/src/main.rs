@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         Command::ShimPath => shim_path(&mut out),
         Command::Trace(args) => probe_user::trace::command::run(args, &mut out),
         Command::Daemon(args) => probe_user::daemon::run(args),
+        Command::Merge(args) => probe_user::merge::run(args, &mut out),
         Command::Release { pid } => probe_user::release::release(*pid, &mut out),
         Command::Run(args) => match probe_user::run::run(args) {
             Ok(code) => return code,

@@ -443,8 +443,7 @@ impl Model {
                 // The shim sees every launch, synchronize and copy: a stack scan that put
                 // the thread inside one of those is stale (a launch-bound thread is inside
                 // libcuda at nearly every sample, a new launch each time).
-                if t
-                    .scanned_call
+                if t.scanned_call
                     .as_ref()
                     .is_some_and(|sc| api::class(sc.api).is_some())
                 {

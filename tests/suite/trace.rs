@@ -314,3 +314,44 @@ fn the_h200_traces_in_docs_are_well_formed() {
     }
     assert_eq!(checked, 4);
 }
+
+#[test]
+fn merge_names_the_job_culprit_and_joins_traces_into_a_well_formed_one() {
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/runs");
+    let out = tmp("merged.json");
+    let r = wedgeprobe(&[
+        "merge",
+        docs.join("issue6/h200-ranks.report.json").to_str().unwrap(),
+        docs.join("issue4/h200-mbarrier.trace.json.gz")
+            .to_str()
+            .unwrap(),
+        docs.join("issue4/h200-torch-triton.trace.json.gz")
+            .to_str()
+            .unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(stdout.contains("CULPRIT: rank 2 (pid"), "{stdout}");
+    assert!(stdout.contains("joined 2 traces"), "{stdout}");
+    let c = chrome_check::check_file(&out).unwrap_or_else(|e| panic!("merged trace: {e}"));
+    assert!(
+        c.open.iter().filter(|e| e["cat"] == "kernel").count() >= 2,
+        "both stuck kernels"
+    );
+    let names: Vec<&str> = c
+        .events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("h200-mbarrier: ")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.starts_with("h200-torch-triton: ")),
+        "{names:?}"
+    );
+}
