@@ -77,6 +77,10 @@ pub struct Targets {
     /// A suspect kernel running this long is stuck even with no host thread blocked on it.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub kernel_hard_bound: Duration,
+    /// A process whose GPU work has not moved for this long, with no kernel in flight and a
+    /// thread spinning on a core, is in a host stall.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub stall_after: Duration,
     /// Treat all the PIDs as the ranks of one job (else jobs come from their environment).
     #[arg(long)]
     pub job: bool,
@@ -90,6 +94,7 @@ impl Targets {
     /// Applies the job-level options (process-wide settings read by the verdict code).
     pub fn apply_job_options(&self) {
         crate::job::set_one_job(self.job);
+        crate::host_stall::set_stall_after_ns(self.stall_after.as_nanos() as u64);
         crate::kernel_verdict::set_extra_collectives(self.collectives.clone());
     }
 

@@ -161,6 +161,7 @@ impl Collector {
                         Arc::from(view.name(r.name_id).unwrap_or_else(|| "?".into()))
                     })
                     .clone();
+                self.model.progress(pid, now_ns);
                 if is_completion(&r) {
                     self.model.history.record(
                         pid,
@@ -380,6 +381,11 @@ impl Collector {
                 t.name = p.target.thread_name(tid);
             }
             let alive = p.target.threads();
+            for &tid in &alive {
+                if let Some(ticks) = thread_cpu_ticks(pid, tid) {
+                    self.model.set_cpu(pid, tid, ticks, sys::monotonic_ns());
+                }
+            }
             self.scanned_at
                 .retain(|(p, t), _| *p != pid || alive.contains(t));
             for tid in self.model.prune_threads(pid, &alive) {
@@ -450,6 +456,14 @@ fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
     // SAFETY: length checked above; T is a plain #[repr(C)] record valid for any bit pattern,
     // and read_unaligned makes no alignment assumption about the ring's memory.
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// utime + stime of a thread, in clock ticks (/proc/PID/task/TID/stat fields 14 and 15).
+fn thread_cpu_ticks(pid: u32, tid: u32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let rest = s.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
 fn is_sleeping(pid: u32, tid: u32) -> bool {

@@ -7,6 +7,7 @@ pub mod code;
 pub mod collector;
 pub mod daemon;
 pub mod error;
+pub mod host_stall;
 pub mod job;
 pub mod journal;
 pub mod kernel_verdict;

@@ -88,6 +88,14 @@ pub struct ThreadState {
     pub last_scan: Option<(u64, bool)>,
     /// The probes have seen this thread enter or leave a call since attach.
     pub traced: bool,
+    /// CPU use over the last second (100 = one core), from /proc.
+    pub cpu_pct: f64,
+    /// Since when it has used ≥ 80% of a core without a break (0: not now).
+    pub busy_since_ns: u64,
+    /// (utime + stime ticks, when) of the last CPU reading.
+    pub cpu_ticks: Option<(u64, u64)>,
+    /// The latest on-CPU sample: (when, ip, return addresses found on the stack).
+    pub last_sample: Option<(u64, u64, Vec<u64>)>,
 }
 
 impl ThreadState {
@@ -153,6 +161,9 @@ pub struct ProcessState {
     /// Threads that existed when wedgeprobe attached: only they can be inside a call that
     /// began before attach (a stack-scanned call).
     pub threads_at_attach: std::collections::BTreeSet<u32>,
+    /// Last sign of GPU work: a launch or completion in the journal, or a driver call
+    /// returning (CLOCK_MONOTONIC ns; attach time at first).
+    pub last_progress_ns: u64,
 }
 
 /// Latency of finished calls of one entry point.
@@ -289,6 +300,7 @@ impl Model {
                 exited: false,
                 threads: BTreeMap::new(),
                 threads_at_attach,
+                last_progress_ns: now_ns,
             },
         );
     }
@@ -303,6 +315,7 @@ impl Model {
     }
 
     pub fn on_call_done(&mut self, ev: &CallDone) {
+        self.progress(ev.header.tgid, ev.end_ns);
         let api = ev.call.api;
         if let Some(lat) = self.latency.get_mut(api as usize) {
             lat.ns
@@ -368,9 +381,11 @@ impl Model {
                 stackscan::explain(ip, stack, &p.code)
             );
         }
+        let frames = stackscan::return_addresses(stack, &p.code, 12);
         let Some(t) = self.thread(pid, tid) else {
             return;
         };
+        t.last_sample = Some((now_ns, ip, frames));
         t.last_scan = Some((now_ns, found.is_some()));
         if t.uprobe_call.is_some() {
             return;
@@ -579,6 +594,36 @@ impl Model {
         let mut heads: Vec<_> = self.kernels.values().flatten().cloned().collect();
         heads.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
         heads
+    }
+
+    /// Something of `pid`'s GPU work moved at `now_ns`.
+    pub fn progress(&mut self, pid: u32, now_ns: u64) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.last_progress_ns = p.last_progress_ns.max(now_ns);
+        }
+    }
+
+    /// Per-thread CPU use, read from /proc once a second: `ticks` = utime + stime.
+    pub fn set_cpu(&mut self, pid: u32, tid: u32, ticks: u64, now_ns: u64) {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let Some(t) = self.thread(pid, tid) else {
+            return;
+        };
+        if let Some((prev, at)) = t.cpu_ticks
+            && now_ns > at
+        {
+            let secs = (now_ns - at) as f64 / 1e9;
+            t.cpu_pct = (ticks.saturating_sub(prev) as f64 / hz) / secs * 100.0;
+            if t.cpu_pct >= 80.0 {
+                if t.busy_since_ns == 0 {
+                    t.busy_since_ns = at;
+                }
+            } else {
+                t.busy_since_ns = 0;
+            }
+        }
+        t.cpu_ticks = Some((ticks, now_ns));
     }
 
     /// Forgets threads that no longer exist; returns their tids so their map entries go too.

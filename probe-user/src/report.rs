@@ -31,6 +31,8 @@ pub struct Report {
     pub verdict: Verdict,
     /// Targets grouped into jobs (two or more ranks): each rank's state and the culprit.
     pub jobs: Vec<crate::job::JobView>,
+    /// Processes with no GPU work and no kernel in flight whose threads spin on the host.
+    pub host_stalls: Vec<crate::host_stall::HostStall>,
     /// This node, and the clock pair taken when the report was built: `wedgeprobe merge`
     /// aligns reports of several nodes with it (times in `kernels`/`threads` are relative to
     /// this instant).
@@ -94,6 +96,8 @@ impl Report {
         let with_journal = model.journal_read();
         let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive, with_journal);
         verdict::apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
+        let host_stalls = crate::host_stall::find(model, now_ns);
+        verdict::apply_host_stalls(&mut verdict, &host_stalls);
         let infos: Vec<crate::job::RankInfo> = model
             .procs
             .keys()
@@ -164,6 +168,7 @@ impl Report {
             lost,
             verdict,
             jobs,
+            host_stalls,
             host: crate::sys::hostname(),
             clock: Clock {
                 monotonic_ns: now_ns,
@@ -321,6 +326,28 @@ impl Report {
             .collect();
         if !lost.is_empty() {
             writeln!(out, "\nlost or incomplete: {}", lost.join(" "))?;
+        }
+        for s in &self.host_stalls {
+            writeln!(
+                out,
+                "\nhost stall: pid {} ({}), no GPU work for {}:",
+                s.pid,
+                s.comm,
+                fmt_duration(s.no_gpu_progress_ms)
+            )?;
+            for t in &s.threads {
+                writeln!(
+                    out,
+                    "  tid {} ({}) {:.0}% CPU for {}",
+                    t.tid,
+                    t.name,
+                    t.cpu_pct,
+                    fmt_duration(t.busy_ms)
+                )?;
+                for f in &t.native_stack {
+                    writeln!(out, "      {f}")?;
+                }
+            }
         }
         for j in &self.jobs {
             writeln!(out, "\njob {} ({} ranks):", j.job, j.ranks.len())?;

@@ -70,6 +70,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 kernel_multiple: 10.0,
                 kernel_hard_bound: Duration::from_secs(60),
                 job: false,
+                stall_after: Duration::from_secs(10),
                 collectives: Vec::new(),
             },
             json: args.json,

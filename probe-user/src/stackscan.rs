@@ -123,6 +123,18 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found>
         .then_some(Found::UnknownEntryPoint)
 }
 
+/// The return addresses found in a stack (words that point into code right after a call
+/// instruction), innermost first, at most `max`: the frames of an on-CPU sample, for the host
+/// stall report. A scan, not an unwind: stale return addresses can appear between real ones.
+pub fn return_addresses(stack: &[u8], code: &impl CodeView, max: usize) -> Vec<u64> {
+    stack
+        .chunks_exact(8)
+        .filter_map(|w| Some(u64::from_le_bytes(w.try_into().ok()?)))
+        .filter(|&a| code.in_code(a) && call_before(code, a).is_some())
+        .take(max)
+        .collect()
+}
+
 /// The validated return addresses of a stack, innermost first, tagged `L` (libcuda), `C`
 /// (libc), `E<id>` (inside a traced entry point), `->target` (the call's target when it can
 /// be followed): for `WEDGEPROBE_DEBUG_SCAN=1`, to see why a stack was read as it was.

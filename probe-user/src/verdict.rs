@@ -25,6 +25,8 @@ pub enum VerdictKind {
     BlockedInCopy,
     /// A thread found (by stack scan) inside libcuda past the bound, entry point unknown.
     BlockedInDriver,
+    /// No GPU work and no kernel in flight for a while, threads spinning on the host.
+    HostStall,
     /// Every target exited.
     TargetExited,
     /// (Shim journal) a non-collective kernel is stuck: past its bounds, with host threads
@@ -51,6 +53,7 @@ impl VerdictKind {
             Self::BlockedInSync => "blocked_in_sync",
             Self::BlockedInCopy => "blocked_in_copy",
             Self::BlockedInDriver => "blocked_in_driver",
+            Self::HostStall => "host_stall",
             Self::TargetExited => "target_exited",
             Self::KernelWedge => "kernel_wedge",
             Self::CollectiveWait => "collective_wait",
@@ -196,6 +199,18 @@ pub struct Evaluation {
     pub verdict: Verdict,
 }
 
+/// A host stall is the verdict when nothing else is wrong (no blocked call, no stuck kernel).
+pub fn apply_host_stalls(verdict: &mut Verdict, stalls: &[crate::host_stall::HostStall]) {
+    if stalls.is_empty() || !matches!(verdict.kind, VerdictKind::Healthy | VerdictKind::Busy) {
+        return;
+    }
+    let parts: Vec<String> = stalls.iter().map(crate::host_stall::describe).collect();
+    *verdict = Verdict {
+        kind: VerdictKind::HostStall,
+        summary: parts.join(". "),
+    };
+}
+
 /// `evaluate` for each process on its own (the daemon's per-process verdicts).
 pub fn evaluate_each(
     model: &crate::model::Model,
@@ -217,6 +232,11 @@ pub fn evaluate_each(
                 .is_some_and(|j| !j.status.starts_with("rejected"));
             let mut verdict = decide(&threads, blocked_after_ms, !p.exited, journal);
             apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
+            let stalls: Vec<_> = crate::host_stall::find(model, now_ns)
+                .into_iter()
+                .filter(|s| s.pid == pid)
+                .collect();
+            apply_host_stalls(&mut verdict, &stalls);
             (
                 pid,
                 Evaluation {
@@ -240,6 +260,7 @@ pub fn evaluate(
     let mut verdict = decide(&threads, blocked_after_ms, any_alive, model.journal_read());
     let mut kernels = model.kernel_heads();
     apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
+    apply_host_stalls(&mut verdict, &crate::host_stall::find(model, now_ns));
     Evaluation {
         threads,
         kernels,

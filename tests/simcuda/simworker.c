@@ -9,6 +9,7 @@
  *                                                one legitimately long kernel per run
  *   simworker threads [run_s]                    many short-lived launching threads
  *   simworker bench   [launches]                 prints "ns_per_launch N" (CPU time)
+ *   simworker spin [run_s]                       spins on the host in wait_for_peers_ready, no kernels
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
  *
  * SIMWORKER_START_DELAY_MS delays everything (a probe can attach before the kernel lookups);
@@ -36,6 +37,15 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A rank busy-polling its peers on the host, no kernel launched ("waiting for ranks: 0/1821
+ * ready"): what the host-stall verdict must find, with this function on the stack. */
+static volatile unsigned long peers_ready;
+__attribute__((noinline)) static void wait_for_peers_ready(double until) {
+    while (now_s() < until) {
+        for (int i = 0; i < 100000; i++) peers_ready += (unsigned long)i & 1;
+    }
 }
 
 static int use_launch_ex; /* SIMWORKER_LAUNCH_API=ex: launch through cuLaunchKernelEx */
@@ -139,6 +149,8 @@ int main(int argc, char **argv) {
         double cpu = b.tv_sec + b.tv_nsec / 1e9;
         printf("launches %ld wall_ns_per_launch %.1f thread_cpu_ns_per_launch %.1f\n", launches,
                wall * 1e9 / launches, cpu * 1e9 / launches);
+    } else if (!strcmp(mode, "spin")) {
+        wait_for_peers_ready(start + run_s);
     } else if (!strcmp(mode, "exit-soon")) {
         usleep(50000);
     } else {

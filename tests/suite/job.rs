@@ -110,3 +110,43 @@ fn watch_prints_the_culprit() {
         .unwrap_or_else(|| panic!("no culprit line:\n{stdout}"));
     assert_eq!(culprit["culprit"]["rank"], 2, "{culprit}");
 }
+
+#[test]
+fn ranks_spinning_on_the_host_with_no_kernel_are_a_host_stall_with_their_stacks() {
+    require_root!();
+    let shim = shim_path();
+    let w: Vec<Worker> = (0..2)
+        .map(|_| Worker::spawn(&["spin", "20"], &[("CUDA_INJECTION64_PATH", &shim)]))
+        .collect();
+    sleep(secs(0.5));
+    let r = report_json(&[
+        "--pid",
+        &w[0].pid_arg(),
+        "--pid",
+        &w[1].pid_arg(),
+        "--window",
+        "5s",
+        "--stall-after",
+        "2s",
+    ]);
+    assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    let stalls = r["host_stalls"].as_array().unwrap();
+    assert_eq!(stalls.len(), 2, "{stalls:?}");
+    for s in stalls {
+        let t = &s["threads"][0];
+        assert!(t["cpu_pct"].as_f64().unwrap() >= 80.0, "{t}");
+        let stack: Vec<&str> = t["native_stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f.as_str())
+            .collect();
+        assert!(
+            stack
+                .iter()
+                .take(3)
+                .any(|f| f.contains("wait_for_peers_ready")),
+            "the spinning function is on top: {stack:?}"
+        );
+    }
+}

@@ -56,6 +56,7 @@ pub fn is_incident(kind: &str) -> bool {
             | "blocked_in_sync"
             | "blocked_in_copy"
             | "blocked_in_driver"
+            | "host_stall"
     )
 }
 
