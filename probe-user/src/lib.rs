@@ -16,6 +16,7 @@ pub mod libcuda;
 pub mod merge;
 pub mod model;
 pub mod probe;
+pub mod pystack;
 pub mod release;
 pub mod report;
 pub mod run;

@@ -233,6 +233,9 @@ pub struct ThreadView {
     pub grid: Option<[u32; 3]>,
     pub block: Option<[u32; 3]>,
     pub seen_by: &'static str,
+    /// Reports only, for blocked threads of CPython processes: the Python frames, innermost
+    /// first (null when not read or not Python).
+    pub python_stack: Option<Vec<String>>,
 }
 
 #[cfg(test)]
@@ -256,6 +259,7 @@ impl ThreadView {
             grid: None,
             block: None,
             seen_by: "uprobe",
+            python_stack: None,
         }
     }
 }
@@ -566,6 +570,7 @@ impl Model {
                     grid: args.filter(|_| is_launch).map(|a| a.grid),
                     block: args.filter(|_| is_launch).map(|a| a.block),
                     seen_by: c.seen_by.as_str(),
+                    python_stack: None,
                 });
             }
         }

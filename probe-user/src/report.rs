@@ -73,6 +73,32 @@ pub struct LatencyReport {
     pub max_us: f64,
 }
 
+/// Python frames for the blocked threads and the spinning ones, one read per process (only
+/// processes with such threads are read).
+fn attach_python_stacks(threads: &mut [ThreadView], stalls: &mut [crate::host_stall::HostStall]) {
+    let mut pids: Vec<u32> = threads
+        .iter()
+        .filter(|t| t.blocked)
+        .map(|t| t.pid)
+        .chain(stalls.iter().map(|s| s.pid))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    for pid in pids {
+        let Some(stacks) = crate::pystack::stacks(pid) else {
+            continue;
+        };
+        for t in threads.iter_mut().filter(|t| t.pid == pid && t.blocked) {
+            t.python_stack = stacks.get(&t.tid).cloned();
+        }
+        for s in stalls.iter_mut().filter(|s| s.pid == pid) {
+            for t in &mut s.threads {
+                t.python_stack = stacks.get(&t.tid).cloned();
+            }
+        }
+    }
+}
+
 /// Per-target facts the model does not keep (from attach time).
 pub struct TargetFacts {
     pub traced: usize,
@@ -90,14 +116,15 @@ impl Report {
         launch_returns: bool,
         bounds: &crate::kernel_verdict::Bounds,
     ) -> Self {
-        let threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
+        let mut threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
         let any_alive = model.procs.values().any(|p| !p.exited);
         let mut kernels = model.kernel_heads();
         let with_journal = model.journal_read();
         let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive, with_journal);
         verdict::apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
-        let host_stalls = crate::host_stall::find(model, now_ns);
+        let mut host_stalls = crate::host_stall::find(model, now_ns);
         verdict::apply_host_stalls(&mut verdict, &host_stalls);
+        attach_python_stacks(&mut threads, &mut host_stalls);
         let infos: Vec<crate::job::RankInfo> = model
             .procs
             .keys()
@@ -241,6 +268,14 @@ impl Report {
                     t.stream.as_deref().unwrap_or("-"),
                     details.join(", ")
                 )?;
+                if let Some(py) = &t.python_stack {
+                    writeln!(
+                        out,
+                        "                  python: {} ← {}",
+                        t.api,
+                        py.join(" ← ")
+                    )?;
+                }
             }
         }
         if !self.kernels.is_empty() {
@@ -346,6 +381,9 @@ impl Report {
                 )?;
                 for f in &t.native_stack {
                     writeln!(out, "      {f}")?;
+                }
+                if let Some(py) = &t.python_stack {
+                    writeln!(out, "      python: {}", py.join(" ← "))?;
                 }
             }
         }

@@ -150,3 +150,37 @@ fn ranks_spinning_on_the_host_with_no_kernel_are_a_host_stall_with_their_stacks(
         );
     }
 }
+
+#[test]
+fn a_python_process_blocked_in_a_launch_shows_its_python_frames() {
+    require_root!();
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
+    let lib = wp_tests::sim_dir().join("libcuda.so.1");
+    let mut child = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&lib)
+        .env("SIMCUDA_RELEASE_AFTER_S", "10")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3");
+    sleep(secs(2.0));
+    let r = report_json(&["--pid", &child.id().to_string()]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let t = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["api"] == "cuLaunchKernel" && t["blocked"] == true)
+        .unwrap_or_else(|| panic!("no blocked launch: {}", r["threads"]));
+    let py: Vec<&str> = t["python_stack"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no python stack: {t}"))
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(py[0].starts_with("decode_step (py_launcher.py:"), "{py:?}");
+    assert!(py.iter().any(|f| f.starts_with("serve_forever")), "{py:?}");
+}
