@@ -518,8 +518,16 @@ impl Model {
     pub fn threads_in_calls(&self, now_ns: u64, blocked_after_ns: u64) -> Vec<ThreadView> {
         let mut out = Vec::new();
         for (&pid, p) in &self.procs {
+            // With a journal, GPU work that keeps moving says a thread "inside libcuda, entry
+            // point unknown" is passing through, not stuck: a launch-bound thread is inside
+            // libcuda at nearly every sample (seen on the H200 with 8 PyTorch processes).
+            let moving = self.journals.get(&pid).is_some_and(|j| j.status == "recording")
+                && now_ns.saturating_sub(p.last_progress_ns) < 1_000_000_000;
             for (&tid, t) in &p.threads {
                 let Some(c) = t.current(now_ns) else { continue };
+                if moving && c.api == UNKNOWN_ENTRY_POINT && c.seen_by == SeenBy::StackScan {
+                    continue;
+                }
                 let in_call_ns = now_ns.saturating_sub(c.since_ns);
                 let secs = in_call_ns as f64 / 1e9;
                 let yields = match &c.args {
