@@ -320,11 +320,23 @@ impl Collector {
             if p.exited {
                 continue;
             }
+            // Only threads whose scan can matter: one that existed at attach and has not been
+            // seen calling since (a call that began before attach), or one in a launch traced
+            // without return probe (whether it is still inside is inferred from scans). The
+            // model discards the others' scans, so reading their /proc files is waste — two
+            // reads per thread every 250 ms, for ~50 threads per PyTorch process.
             let idle: Vec<u32> = p
                 .target
                 .threads()
                 .into_iter()
-                .filter(|tid| p.threads.get(tid).is_none_or(|t| !t.call_is_exact()))
+                .filter(|tid| {
+                    let t = p.threads.get(tid);
+                    let open_launch =
+                        t.is_some_and(|t| t.uprobe_call.as_ref().is_some_and(|c| c.open_ended()));
+                    let before_attach =
+                        p.threads_at_attach.contains(tid) && t.is_none_or(|t| !t.traced);
+                    t.is_none_or(|t| !t.call_is_exact()) && (open_launch || before_attach)
+                })
                 .collect();
             for tid in idle {
                 if !is_sleeping(pid, tid) {

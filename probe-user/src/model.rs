@@ -521,7 +521,10 @@ impl Model {
             // With a journal, GPU work that keeps moving says a thread "inside libcuda, entry
             // point unknown" is passing through, not stuck: a launch-bound thread is inside
             // libcuda at nearly every sample (seen on the H200 with 8 PyTorch processes).
-            let moving = self.journals.get(&pid).is_some_and(|j| j.status == "recording")
+            let moving = self
+                .journals
+                .get(&pid)
+                .is_some_and(|j| j.status == "recording")
                 && now_ns.saturating_sub(p.last_progress_ns) < 1_000_000_000;
             for (&tid, t) in &p.threads {
                 let Some(c) = t.current(now_ns) else { continue };
