@@ -71,7 +71,15 @@ pub fn find(model: &Model, now_ns: u64) -> Vec<HostStall> {
                 native_stack: t
                     .last_sample
                     .as_ref()
-                    .map(|(_, ip, frames)| symbolize(pid, *ip, frames))
+                    .map(|(_, ip, words)| {
+                        let frames: Vec<u64> = words
+                            .iter()
+                            .copied()
+                            .filter(|&a| crate::stackscan::is_return_address(&p.code, a))
+                            .take(12)
+                            .collect();
+                        symbolize(pid, *ip, &frames)
+                    })
                     .unwrap_or_default(),
                 python_stack: None,
             })

@@ -94,7 +94,7 @@ pub struct ThreadState {
     pub busy_since_ns: u64,
     /// (utime + stime ticks, when) of the last CPU reading.
     pub cpu_ticks: Option<(u64, u64)>,
-    /// The latest on-CPU sample: (when, ip, return addresses found on the stack).
+    /// The latest stack sample: (when, ip, words of the stack that point into code).
     pub last_sample: Option<(u64, u64, Vec<u64>)>,
 }
 
@@ -385,7 +385,7 @@ impl Model {
                 stackscan::explain(ip, stack, &p.code)
             );
         }
-        let frames = stackscan::return_addresses(stack, &p.code, 12);
+        let frames = stackscan::code_words(stack, &p.code, 48);
         let Some(t) = self.thread(pid, tid) else {
             return;
         };

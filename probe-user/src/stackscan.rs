@@ -123,16 +123,22 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found>
         .then_some(Found::UnknownEntryPoint)
 }
 
-/// The return addresses found in a stack (words that point into code right after a call
-/// instruction), innermost first, at most `max`: the frames of an on-CPU sample, for the host
-/// stall report. A scan, not an unwind: stale return addresses can appear between real ones.
-pub fn return_addresses(stack: &[u8], code: &impl CodeView, max: usize) -> Vec<u64> {
+/// The words of a stack that point into code, innermost first, at most `max`: candidate
+/// return addresses, kept per on-CPU sample at no cost beyond the scan (no reads of the
+/// target). `is_return_address` validates them when a host-stall report needs the frames.
+pub fn code_words(stack: &[u8], code: &impl CodeView, max: usize) -> Vec<u64> {
     stack
         .chunks_exact(8)
         .filter_map(|w| Some(u64::from_le_bytes(w.try_into().ok()?)))
-        .filter(|&a| code.in_code(a) && call_before(code, a).is_some())
+        .filter(|&a| code.in_code(a))
         .take(max)
         .collect()
+}
+
+/// Whether `addr` follows a call instruction in the target's code (reads 7 bytes of it). A
+/// scan, not an unwind: stale return addresses pass too.
+pub fn is_return_address(code: &impl CodeView, addr: u64) -> bool {
+    call_before(code, addr).is_some()
 }
 
 /// The validated return addresses of a stack, innermost first, tagged `L` (libcuda), `C`

@@ -99,6 +99,10 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
     let mut snap = Snapshot::default();
     let mut last_scan = 0u64;
     let start = sys::monotonic_ns();
+    // WEDGEPROBE_DEBUG_TICK=1: where a tick's time goes, every 100 ticks on stderr.
+    let debug_tick = std::env::var_os("WEDGEPROBE_DEBUG_TICK").is_some();
+    let mut phases = [std::time::Duration::ZERO; 3];
+    let mut ticks_seen = 0u64;
     loop {
         let now = sys::monotonic_ns();
         if signals::stop_requested() {
@@ -177,6 +181,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             snap.discovery_scan_seconds = discovery.last_scan.as_secs_f64();
             snap.discovery_pending = discovery.pending() as u64;
         }
+        let t0 = std::time::Instant::now();
         for gone in collector.poll(now) {
             log.event(
                 "detached",
@@ -188,9 +193,11 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             verdicts.remove(&gone.pid);
             discovery.forget(gone.pid);
         }
+        let t_poll = t0.elapsed();
         names.update(&collector.model);
         let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
         let bounds = cfg.bounds();
+        let t1 = std::time::Instant::now();
         let each = verdict::evaluate_each(&collector.model, now, bound_ms, &bounds);
         // One tick of trace events (all processes) for the flight recorder.
         let all = verdict::evaluate(&collector.model, now, bound_ms, &bounds);
@@ -205,6 +212,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             now,
         );
         flight.push(events, now);
+        let t_eval = t1.elapsed();
         let mut processes = Vec::new();
         for (pid, ev) in &each {
             let kind = ev.verdict.kind.as_str();
@@ -291,6 +299,21 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
         (snap.cpu_seconds, snap.rss_bytes) = metrics::own_usage();
         if let Ok(mut s) = snapshot.lock() {
             *s = snap.clone();
+        }
+        if debug_tick {
+            phases[0] += t_poll;
+            phases[1] += t_eval;
+            phases[2] += t0.elapsed();
+            ticks_seen += 1;
+            if ticks_seen % 100 == 0 {
+                eprintln!(
+                    "wedgeprobe daemon: per tick over the last 100: poll {:?}, verdicts+trace events {:?}, whole tick {:?}",
+                    phases[0] / 100,
+                    phases[1] / 100,
+                    phases[2] / 100
+                );
+                phases = [std::time::Duration::ZERO; 3];
+            }
         }
         std::thread::sleep(cfg.tick);
     }
