@@ -305,7 +305,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             phases[1] += t_eval;
             phases[2] += t0.elapsed();
             ticks_seen += 1;
-            if ticks_seen % 100 == 0 {
+            if ticks_seen.is_multiple_of(100) {
                 eprintln!(
                     "wedgeprobe daemon: per tick over the last 100: poll {:?}, verdicts+trace events {:?}, whole tick {:?}",
                     phases[0] / 100,
