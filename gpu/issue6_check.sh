@@ -36,20 +36,4 @@ for j in r["jobs"]:
         print("  rank", k["rank"], k["pid"], k["state"], k["kernel"], k["running_ms"])
     print("culprit:", json.dumps(j["culprit"]))
 PY
-echo "=== daemon cost with 8 PyTorch processes (shim) on the GPU"
-for i in $(seq 1 8); do
-  CUDA_INJECTION64_PATH=$SHIM python3 gpu/torch_bench.py 40 > /dev/null 2>&1 &
-done
-sleep 8
-printf 'listen = "127.0.0.1:19464"\ndump_dir = "%s/dumps"\n' "$OUT" > /tmp/wpd.toml
-"$WP" daemon --config /tmp/wpd.toml 2> "$OUT/daemon.log" & D=$!
-sleep 12
-read -r u0 s0 < <(awk '{print $14, $15}' /proc/$D/stat)
-sleep 30
-read -r u1 s1 < <(awk '{print $14, $15}' /proc/$D/stat)
-rss=$(awk '/VmRSS/ {print $2}' /proc/$D/status)
-targets=$(curl -s 127.0.0.1:19464/metrics | grep -c '^wedgeprobe_target_info')
-echo "daemon: targets $targets, CPU $(( (u1+s1-u0-s0) ))/3000 ticks = $(python3 -c "print(round(($u1+$s1-$u0-$s0)/30.0, 2))")% of one core over 30 s, RSS ${rss} kB"
-kill -INT $D; wait $D 2>/dev/null
-pkill -f torch_bench.py; wait 2>/dev/null
-head -12 "$OUT/daemon.log"
+bash gpu/daemon_bounds.sh "$OUT"

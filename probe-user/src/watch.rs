@@ -9,12 +9,10 @@ use serde_json::json;
 use crate::{
     cli::WatchArgs,
     model::ThreadView,
-    report::Report,
     session::Session,
     signals, sys,
     trace::{
         Names, TickRecorder,
-        event::open_now,
         flight::{Dump, FlightRecorder},
         verdict_pid,
     },
@@ -122,24 +120,16 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
             recorder.push(events, now);
             names.update(&session.collector.model);
             if recorder.should_dump(pid, v.kind.as_str()) {
-                let report = Report::build(
+                let dumped = recorder.dump_incident(
                     &session.collector.model,
                     &session.facts,
+                    names,
+                    pid,
                     now,
                     (now - start) as f64 / 1e6,
                     bound_ms,
                     args.launch_returns,
                     &bounds,
-                );
-                let open = open_now(&session.collector.model, now, (bound_ms * 1e6) as u64);
-                let dumped = recorder.dump(
-                    &sys::hostname(),
-                    pid,
-                    now,
-                    sys::realtime_ns(),
-                    open,
-                    names,
-                    &serde_json::to_value(&report).unwrap_or_default(),
                 );
                 print_dump(out, args.json, pid, &dumped, recorder)?;
             }

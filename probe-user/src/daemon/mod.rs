@@ -24,10 +24,10 @@ use crate::{
     error::ProbeError,
     model::api_name,
     probe::Probe,
-    report::{Report, TargetFacts},
+    report::TargetFacts,
     signals, sys,
     target::Target,
-    trace::{Names, TickRecorder, event::open_now, flight::FlightRecorder},
+    trace::{Names, TickRecorder, flight::FlightRecorder},
     verdict,
 };
 use config::Config;
@@ -377,24 +377,16 @@ fn dump(
     snap: &mut Snapshot,
 ) {
     let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
-    let report = Report::build(
+    match flight.dump_incident(
         &collector.model,
         facts,
+        names,
+        pid,
         now,
         (now - start) as f64 / 1e6,
         bound_ms,
         false,
         &cfg.bounds(),
-    );
-    let open = open_now(&collector.model, now, (bound_ms * 1e6) as u64);
-    match flight.dump(
-        &sys::hostname(),
-        pid,
-        now,
-        sys::realtime_ns(),
-        open,
-        names,
-        &serde_json::to_value(&report).unwrap_or_default(),
     ) {
         Ok(d) => {
             snap.dumps_total += 1;

@@ -103,6 +103,42 @@ impl FlightRecorder {
         self.dumped.insert((pid, kind))
     }
 
+    /// An incident of `pid` now: the report of the whole model and what is still open go
+    /// with the held events (`watch`, `run` and the daemon call this).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dump_incident(
+        &mut self,
+        model: &crate::model::Model,
+        facts: &std::collections::HashMap<u32, crate::report::TargetFacts>,
+        names: &Names,
+        pid: u32,
+        now_ns: u64,
+        observed_ms: f64,
+        blocked_after_ms: f64,
+        launch_returns: bool,
+        bounds: &crate::kernel_verdict::Bounds,
+    ) -> Result<Dump, anyhow::Error> {
+        let report = crate::report::Report::build(
+            model,
+            facts,
+            now_ns,
+            observed_ms,
+            blocked_after_ms,
+            launch_returns,
+            bounds,
+        );
+        let open = super::event::open_now(model, now_ns, (blocked_after_ms * 1e6) as u64);
+        self.dump(
+            &crate::sys::hostname(),
+            pid,
+            now_ns,
+            crate::sys::realtime_ns(),
+            open,
+            names,
+            &serde_json::to_value(&report).unwrap_or_default(),
+        )
+    }
+
     /// Writes the held events plus `open` (what is still running now) and the verdict mark
     /// as a gzip Chrome trace, and `report_json` beside it.
     #[allow(clippy::too_many_arguments)]
