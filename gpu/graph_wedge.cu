@@ -14,21 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CHECK(x)                                                                   \
-    do {                                                                           \
-        cudaError_t e = (x);                                                       \
-        if (e != cudaSuccess) {                                                    \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,              \
-                    cudaGetErrorString(e));                                        \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
-
-__device__ unsigned long long globaltimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+#include "reproducer.cuh"
 
 __global__ void graph_pre_kernel(float *x) { x[threadIdx.x] += 1.0f; }
 

@@ -17,21 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(x)                                                                   \
-    do {                                                                           \
-        cudaError_t e = (x);                                                       \
-        if (e != cudaSuccess) {                                                    \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,              \
-                    cudaGetErrorString(e));                                        \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
-
-__device__ unsigned long long globaltimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+#include "reproducer.cuh"
 
 __global__ void attn_mbarrier_wedge_kernel(volatile int *release, unsigned long long budget_ns) {
     __shared__ __align__(8) unsigned long long bar;

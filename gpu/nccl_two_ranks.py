@@ -12,24 +12,8 @@ import time
 
 import torch
 import torch.distributed as dist
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def spin_on_flag(flag_ptr, out_ptr):
-    while tl.load(flag_ptr, volatile=True) == 0:
-        pass
-    tl.store(out_ptr, tl.load(flag_ptr, volatile=True))
-
-
-class HostPointer:
-    def __init__(self, t):
-        self.t = t
-        self.dtype = t.dtype
-
-    def data_ptr(self):
-        return self.t.data_ptr()
+# The spinning Triton kernel and its host-pointer wrapper are torch_wedge.py's (same folder).
+from torch_wedge import HostPointer, spin_on_flag
 
 
 def main():

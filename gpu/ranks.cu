@@ -16,35 +16,21 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CHECK(x)                                                                   \
-    do {                                                                           \
-        cudaError_t err_ = (x);                                                    \
-        if (err_ != cudaSuccess) {                                                 \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,              \
-                    cudaGetErrorString(err_));                                     \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
-
-__device__ unsigned long long gtimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+#include "reproducer.cuh"
 
 __global__ void warmup_kernel(float *x) { x[threadIdx.x] += 1.0f; }
 
 __global__ void gemm_stuck_kernel(volatile int *flag, float *x, unsigned long long budget_ns) {
-    unsigned long long end = gtimer() + budget_ns;
-    while (*flag == 0 && gtimer() < end) {
+    unsigned long long end = globaltimer() + budget_ns;
+    while (*flag == 0 && globaltimer() < end) {
     }
     x[threadIdx.x] *= 2.0f;
 }
 
 extern "C" __global__ void ncclDevKernel_AllReduce_Sum_f32_RING_LL(volatile int *peer_flag, float *x,
                                                                    unsigned long long budget_ns) {
-    unsigned long long end = gtimer() + budget_ns;
-    while (*peer_flag == 0 && gtimer() < end) {
+    unsigned long long end = globaltimer() + budget_ns;
+    while (*peer_flag == 0 && globaltimer() < end) {
     }
     x[threadIdx.x] += 3.0f;
 }

@@ -150,10 +150,12 @@ impl Collector {
     fn read_journals(&mut self, now_ns: u64) {
         for (&pid, (journal, cursor)) in self.journals.iter_mut() {
             let view = journal.view();
+            let mut moved = false;
             for r in cursor.advance_at_most(view, self.max_records_per_poll) {
                 if !(is_completion(&r) || r.kind == RECORD_LAUNCH) {
                     continue;
                 }
+                moved = true;
                 let name = self
                     .names
                     .entry((pid, r.name_id))
@@ -161,7 +163,6 @@ impl Collector {
                         Arc::from(view.name(r.name_id).unwrap_or_else(|| "?".into()))
                     })
                     .clone();
-                self.model.progress(pid, now_ns);
                 if is_completion(&r) {
                     self.model.history.record(
                         pid,
@@ -172,6 +173,9 @@ impl Collector {
                 if let Some(tap) = &mut self.tap {
                     tap.push(trace_event(pid, &r, name));
                 }
+            }
+            if moved {
+                self.model.progress(pid, now_ns);
             }
             self.model
                 .kernels

@@ -71,14 +71,16 @@ pub fn find(model: &Model, now_ns: u64) -> Vec<HostStall> {
                 native_stack: t
                     .last_sample
                     .as_ref()
-                    .map(|(_, ip, words)| {
-                        let frames: Vec<u64> = words
-                            .iter()
-                            .copied()
-                            .filter(|&a| crate::stackscan::is_return_address(&p.code, a))
-                            .take(12)
-                            .collect();
-                        symbolize(pid, *ip, &frames)
+                    .map(|(at, ip, words)| {
+                        cached_stack((pid, tid, *at), || {
+                            let frames: Vec<u64> = words
+                                .iter()
+                                .copied()
+                                .filter(|&a| crate::stackscan::is_return_address(&p.code, a))
+                                .take(12)
+                                .collect();
+                            symbolize(pid, *ip, &frames)
+                        })
                     })
                     .unwrap_or_default(),
                 python_stack: None,
@@ -94,6 +96,28 @@ pub fn find(model: &Model, now_ns: u64) -> Vec<HostStall> {
         }
     }
     out
+}
+
+type StackCache = std::collections::HashMap<(u32, u32, u64), Vec<String>>;
+
+/// Symbolized stacks by (pid, tid, sample time): `find` runs every tick while a stall lasts
+/// (watch, the daemon), and a sample changes at most a few times a second; validating return
+/// addresses reads the target and symbolizing parses its ELF files, so each sample is done once.
+fn cached_stack(key: (u32, u32, u64), make: impl FnOnce() -> Vec<String>) -> Vec<String> {
+    static CACHE: std::sync::Mutex<Option<StackCache>> = std::sync::Mutex::new(None);
+    let Ok(mut guard) = CACHE.lock() else {
+        return make();
+    };
+    let cache = guard.get_or_insert_with(Default::default);
+    if let Some(v) = cache.get(&key) {
+        return v.clone();
+    }
+    let v = make();
+    if cache.len() >= 4096 {
+        cache.clear();
+    }
+    cache.insert(key, v.clone());
+    v
 }
 
 /// `ip` and the return addresses as `symbol+0xoff (module)`, through the target's own maps.

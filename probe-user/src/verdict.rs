@@ -220,6 +220,7 @@ pub fn evaluate_each(
 ) -> Vec<(u32, Evaluation)> {
     let all = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
     let heads = model.kernel_heads();
+    let stalls = crate::host_stall::find(model, now_ns);
     model
         .procs
         .iter()
@@ -232,11 +233,8 @@ pub fn evaluate_each(
                 .is_some_and(|j| !j.status.starts_with("rejected"));
             let mut verdict = decide(&threads, blocked_after_ms, !p.exited, journal);
             apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
-            let stalls: Vec<_> = crate::host_stall::find(model, now_ns)
-                .into_iter()
-                .filter(|s| s.pid == pid)
-                .collect();
-            apply_host_stalls(&mut verdict, &stalls);
+            let mine: Vec<_> = stalls.iter().filter(|s| s.pid == pid).cloned().collect();
+            apply_host_stalls(&mut verdict, &mine);
             (
                 pid,
                 Evaluation {

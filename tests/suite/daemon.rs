@@ -337,17 +337,22 @@ fn an_unwritable_dump_dir_is_counted_and_watching_goes_on() {
     assert!(d.metrics().contains("kind=\"kernel_wedge\""));
 }
 
+/// Runs `wedgeprobe daemon --config CFG` to completion (it exits at once on bad input).
+fn run_daemon(cfg: &std::path::Path) -> std::process::Output {
+    Command::new(wedgeprobe_bin())
+        .args(["daemon", "--config"])
+        .arg(cfg)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_bad_config_names_the_key_and_a_port_in_use_is_clear() {
     require_root!();
     let dir = tmpdir("bad");
     let cfg = dir.join("c.toml");
     std::fs::write(&cfg, "scan_interval = \"often\"\n").unwrap();
-    let out = Command::new(wedgeprobe_bin())
-        .args(["daemon", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    let out = run_daemon(&cfg);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -355,25 +360,32 @@ fn a_bad_config_names_the_key_and_a_port_in_use_is_clear() {
         "{stderr}"
     );
     std::fs::write(&cfg, "colour = \"blue\"\n").unwrap();
-    let out = Command::new(wedgeprobe_bin())
-        .args(["daemon", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    let out = run_daemon(&cfg);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `colour`"));
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = held.local_addr().unwrap().port();
     std::fs::write(&cfg, format!("listen = \"127.0.0.1:{port}\"\n")).unwrap();
-    let out = Command::new(wedgeprobe_bin())
-        .args(["daemon", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    let out = run_daemon(&cfg);
     assert_eq!(out.status.code(), Some(10), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_daemon_names_the_culprit_rank() {
+    require_root!();
+    let d = Daemon::start("culprit", "kernel_floor = \"1s\"\n");
+    let w = super::job::ranks();
+    let c = d.wait_for(secs(20.0), |e| e["event"] == "culprit");
+    assert_eq!(
+        (c["rank"].as_u64(), c["pid"].as_u64()),
+        (Some(2), Some(w[2].pid() as u64)),
+        "{c}"
+    );
+    let m = d.wait_metrics(secs(5.0), |m| m.contains("wedgeprobe_culprit{"));
+    assert!(m.contains("rank=\"2\""), "{m}");
 }

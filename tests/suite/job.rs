@@ -5,7 +5,7 @@ use std::thread::sleep;
 
 use super::{Worker, report_json, require_root, secs, shim_path, wedgeprobe};
 
-fn ranks() -> Vec<Worker> {
+pub(super) fn ranks() -> Vec<Worker> {
     let shim = shim_path();
     (0..4)
         .map(|rank| {

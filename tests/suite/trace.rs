@@ -26,6 +26,19 @@ fn trace(pid: u32, out: &std::path::Path, duration: &str) -> std::process::Outpu
     ])
 }
 
+/// A simulated worker with the shim whose kernel wedges at 300 ms and is released after
+/// `release_s` seconds.
+fn wedged_with_shim(release_s: &str) -> Worker {
+    let shim = shim_path();
+    Worker::spawn(
+        &["wedge", "1", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", release_s),
+        ],
+    )
+}
+
 fn open_named<'a>(c: &'a Checked, name: &str) -> Option<&'a serde_json::Value> {
     c.open
         .iter()
@@ -35,14 +48,7 @@ fn open_named<'a>(c: &'a Checked, name: &str) -> Option<&'a serde_json::Value> {
 #[test]
 fn a_trace_of_a_wedge_shows_the_stuck_kernel_and_the_blocked_threads_open() {
     require_root!();
-    let shim = shim_path();
-    let w = Worker::spawn(
-        &["wedge", "1", "300"],
-        &[
-            ("CUDA_INJECTION64_PATH", &shim),
-            ("SIMCUDA_RELEASE_AFTER_S", "10"),
-        ],
-    );
+    let w = wedged_with_shim("10");
     sleep(secs(0.5));
     let out = tmp("wedge.json.gz");
     let r = trace(w.pid(), &out, "3s");
@@ -178,14 +184,7 @@ fn a_full_disk_leaves_a_loadable_file_and_a_clear_error() {
 #[test]
 fn the_flight_recorder_dumps_once_per_incident() {
     require_root!();
-    let shim = shim_path();
-    let w = Worker::spawn(
-        &["wedge", "1", "300"],
-        &[
-            ("CUDA_INJECTION64_PATH", &shim),
-            ("SIMCUDA_RELEASE_AFTER_S", "20"),
-        ],
-    );
+    let w = wedged_with_shim("20");
     sleep(secs(0.5));
     let dir = tmp("flight");
     let out = wedgeprobe(&[
@@ -244,14 +243,7 @@ fn a_trace_loads_in_speedscope_in_headless_chromium() {
         );
         return;
     }
-    let shim = shim_path();
-    let w = Worker::spawn(
-        &["wedge", "1", "300"],
-        &[
-            ("CUDA_INJECTION64_PATH", &shim),
-            ("SIMCUDA_RELEASE_AFTER_S", "10"),
-        ],
-    );
+    let w = wedged_with_shim("10");
     sleep(secs(0.5));
     let out = tmp("viewer.json");
     assert_eq!(trace(w.pid(), &out, "2500ms").status.code(), Some(0));

@@ -128,7 +128,7 @@ impl FlightRecorder {
             bounds,
         );
         let open = super::event::open_now(model, now_ns, (blocked_after_ms * 1e6) as u64);
-        self.dump(
+        let result = self.write_dump(
             &crate::sys::hostname(),
             pid,
             now_ns,
@@ -136,29 +136,15 @@ impl FlightRecorder {
             open,
             names,
             &serde_json::to_value(&report).unwrap_or_default(),
-        )
-    }
-
-    /// Writes the held events plus `open` (what is still running now) and the verdict mark
-    /// as a gzip Chrome trace, and `report_json` beside it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn dump(
-        &mut self,
-        host: &str,
-        pid: u32,
-        now_ns: u64,
-        real_ns: u64,
-        open: Vec<TraceEvent>,
-        names: &Names,
-        report_json: &serde_json::Value,
-    ) -> Result<Dump, anyhow::Error> {
-        let result = self.write_dump(host, pid, now_ns, real_ns, open, names, report_json);
+        );
         if result.is_err() {
             self.dumps_failed += 1;
         }
         result
     }
 
+    /// Writes the held events plus `open` (what is still running now) as a gzip Chrome trace,
+    /// and `report_json` beside it.
     #[allow(clippy::too_many_arguments)]
     fn write_dump(
         &self,
