@@ -2,7 +2,17 @@
 //! points sit in the process, which addresses are code, and the bytes before a return address
 //! (read from the live process with process_vm_readv — no stop, no ptrace).
 
+use std::{cell::RefCell, collections::HashMap};
+
 use crate::{libcuda::LibCuda, stackscan::CodeView, sys, target::Target};
+
+/// Code bytes remembered per process (the bytes before a candidate return address, read once
+/// per address): a PyTorch thread's stack sample has ~100 candidates, nearly all seen before,
+/// and each read is a process_vm_readv. Cleared when full.
+const READ_CACHE_MAX: usize = 65_536;
+
+/// (address, length) → the bytes there (length ≤ 8), or None when unreadable.
+type ReadCache = HashMap<(u64, usize), Option<[u8; 8]>>;
 
 pub struct TargetCode {
     pid: u32,
@@ -10,7 +20,10 @@ pub struct TargetCode {
     entry_points: Vec<(u64, u64, u32)>,
     libcuda_code: Vec<(u64, u64)>,
     runtime_code: Vec<(u64, u64)>,
+    /// Executable mappings, sorted by start: a PyTorch process has hundreds, and every word
+    /// of every sampled stack is looked up here.
     code: Vec<(u64, u64)>,
+    read_cache: RefCell<ReadCache>,
 }
 
 impl TargetCode {
@@ -37,12 +50,15 @@ impl TargetCode {
             .filter(|m| is_runtime_support(&m.path))
             .cloned()
             .collect();
+        let mut code: Vec<(u64, u64)> = ranges(&target.code_maps, true);
+        code.sort_unstable();
         Self {
             pid: target.pid,
             entry_points,
             libcuda_code: ranges(&target.libcuda_maps, true),
             runtime_code: ranges(&runtime, true),
-            code: ranges(&target.code_maps, true),
+            code,
+            read_cache: RefCell::default(),
         }
     }
 }
@@ -61,7 +77,10 @@ impl CodeView for TargetCode {
     }
 
     fn in_code(&self, addr: u64) -> bool {
-        self.code.iter().any(|&(s, e)| (s..e).contains(&addr))
+        let i = self.code.partition_point(|&(s, _)| s <= addr);
+        i.checked_sub(1)
+            .and_then(|i| self.code.get(i))
+            .is_some_and(|&(s, e)| (s..e).contains(&addr))
     }
 
     fn in_runtime(&self, addr: u64) -> bool {
@@ -71,7 +90,36 @@ impl CodeView for TargetCode {
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-        sys::read_process_memory(self.pid, addr, buf).is_ok_and(|n| n == buf.len())
+        let fresh = |buf: &mut [u8]| {
+            sys::read_process_memory(self.pid, addr, buf).is_ok_and(|n| n == buf.len())
+        };
+        if buf.len() > 8 {
+            return fresh(buf);
+        }
+        let mut cache = self.read_cache.borrow_mut();
+        let key = (addr, buf.len());
+        if let Some(known) = cache.get(&key) {
+            return match known {
+                Some(bytes) => {
+                    buf.copy_from_slice(&bytes[..buf.len()]);
+                    true
+                }
+                None => false,
+            };
+        }
+        let ok = fresh(buf);
+        if cache.len() >= READ_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(
+            key,
+            ok.then(|| {
+                let mut b = [0u8; 8];
+                b[..buf.len()].copy_from_slice(buf);
+                b
+            }),
+        );
+        ok
     }
 }
 

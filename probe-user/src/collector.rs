@@ -55,9 +55,44 @@ pub struct Collector {
     /// Newest journal records read per process per poll (`u64::MAX`: all; the daemon bounds
     /// it).
     pub max_records_per_poll: u64,
+    /// The in-flight tables are scanned at most this often (0: every poll; the daemon sets
+    /// it, see `JournalCursor::heads_every`).
+    pub heads_every_ns: u64,
     /// Kernel names read from journals, by (pid, name id): a name slot never changes once
     /// written, and a trace names every kernel event.
     names: HashMap<(u32, u32), Arc<str>>,
+    /// Time spent in each part of `poll` (see `take_phases`).
+    phases: [std::time::Duration; PHASES.len()],
+}
+
+/// The parts of `poll` timed for `WEDGEPROBE_DEBUG_TICK` (indexes into `phases`).
+const PHASES: [&str; 11] = [
+    "events",
+    "samples",
+    "in_call",
+    "journal ring",
+    "journal history+trace",
+    "journal heads",
+    "journal calls",
+    "scan",
+    "yields",
+    "prune",
+    "counters",
+];
+
+/// Successive intervals of one poll.
+struct Lap(std::time::Instant);
+
+impl Lap {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    fn mark(&mut self, into: &mut std::time::Duration) {
+        let now = std::time::Instant::now();
+        *into += now - self.0;
+        self.0 = now;
+    }
 }
 
 /// A target that went away since the last poll.
@@ -86,8 +121,10 @@ impl Collector {
             journals: HashMap::new(),
             tap: None,
             max_records_per_poll: u64::MAX,
+            heads_every_ns: 0,
             scanned_at: HashMap::new(),
             names: HashMap::new(),
+            phases: Default::default(),
         })
     }
 
@@ -151,35 +188,55 @@ impl Collector {
         for (&pid, (journal, cursor)) in self.journals.iter_mut() {
             let view = journal.view();
             let mut moved = false;
-            for r in cursor.advance_at_most(view, self.max_records_per_poll) {
+            // Consecutive records mostly name the same kernel: look the name up once per run
+            // of them, and feed the history one run at a time.
+            let mut last: Option<(u32, Arc<str>)> = None;
+            let mut run: Vec<u64> = Vec::new();
+            let mut lap = Lap::start();
+            let records = cursor.advance_at_most(view, self.max_records_per_poll);
+            lap.mark(&mut self.phases[3]);
+            for r in records {
                 if !(is_completion(&r) || r.kind == RECORD_LAUNCH) {
                     continue;
                 }
                 moved = true;
-                let name = self
-                    .names
-                    .entry((pid, r.name_id))
-                    .or_insert_with(|| {
-                        Arc::from(view.name(r.name_id).unwrap_or_else(|| "?".into()))
-                    })
-                    .clone();
+                let name = match &last {
+                    Some((id, n)) if *id == r.name_id => n.clone(),
+                    _ => {
+                        if let Some((_, n)) = &last {
+                            self.model.history.record_all(pid, n, &run);
+                            run.clear();
+                        }
+                        let n = self
+                            .names
+                            .entry((pid, r.name_id))
+                            .or_insert_with(|| {
+                                Arc::from(view.name(r.name_id).unwrap_or_else(|| "?".into()))
+                            })
+                            .clone();
+                        last = Some((r.name_id, n.clone()));
+                        n
+                    }
+                };
                 if is_completion(&r) {
-                    self.model.history.record(
-                        pid,
-                        name.to_string(),
-                        r.end_ns.saturating_sub(r.start_ns),
-                    );
+                    run.push(r.end_ns.saturating_sub(r.start_ns));
                 }
                 if let Some(tap) = &mut self.tap {
                     tap.push(trace_event(pid, &r, name));
                 }
             }
+            if let Some((_, n)) = &last {
+                self.model.history.record_all(pid, n, &run);
+            }
             if moved {
                 self.model.progress(pid, now_ns);
             }
-            self.model
-                .kernels
-                .insert(pid, cursor.heads(pid, view, now_ns));
+            lap.mark(&mut self.phases[4]);
+            self.model.kernels.insert(
+                pid,
+                cursor.heads_every(pid, view, now_ns, self.heads_every_ns),
+            );
+            lap.mark(&mut self.phases[5]);
             // A shim that is off or gave CUPTI back no longer updates its slots.
             let calls = if view.shim_off() || view.shim_released() {
                 Vec::new()
@@ -208,27 +265,46 @@ impl Collector {
                     drops: view.drops().into_iter().collect(),
                 },
             );
+            lap.mark(&mut self.phases[6]);
         }
     }
 
     /// One tick: everything the kernel has for us, then the periodic /proc work.
     pub fn poll(&mut self, now_ns: u64) -> Vec<Exited> {
+        let mut lap = Lap::start();
         self.drain_events();
+        lap.mark(&mut self.phases[0]);
         self.drain_samples(now_ns);
+        lap.mark(&mut self.phases[1]);
         self.read_in_call();
-        self.read_yields();
+        lap.mark(&mut self.phases[2]);
         self.read_journals(now_ns);
+        let mut lap = Lap::start();
         if now_ns.saturating_sub(self.last_offcpu_scan_ns) >= OFFCPU_SCAN_EVERY_NS {
             self.last_offcpu_scan_ns = now_ns;
             self.scan_sleeping_threads(now_ns);
         }
+        lap.mark(&mut self.phases[7]);
+        // After the calls are known: yields are read only for threads in calls.
+        self.read_yields();
+        lap.mark(&mut self.phases[8]);
         let mut exited = Vec::new();
         if now_ns.saturating_sub(self.last_prune_ns) >= PRUNE_EVERY_NS {
             self.last_prune_ns = now_ns;
-            exited = self.prune();
+            exited = self.prune(now_ns);
         }
+        lap.mark(&mut self.phases[9]);
         self.read_counters();
+        lap.mark(&mut self.phases[10]);
         exited
+    }
+
+    /// Time spent in each part of `poll` since the last call, by name (for
+    /// `WEDGEPROBE_DEBUG_TICK`), and resets it.
+    pub fn take_phases(&mut self) -> Vec<(&'static str, std::time::Duration)> {
+        let out = PHASES.into_iter().zip(self.phases).collect();
+        self.phases = Default::default();
+        out
     }
 
     fn drain_events(&mut self) {
@@ -292,13 +368,7 @@ impl Collector {
     }
 
     fn read_yields(&mut self) {
-        let tids: Vec<(u32, u32)> = self
-            .model
-            .procs
-            .iter()
-            .flat_map(|(&pid, p)| p.threads.keys().map(move |&tid| (pid, tid)))
-            .collect();
-        for (pid, tid) in tids {
+        for (pid, tid) in self.model.threads_needing_yields() {
             if let Ok(n) = self.yields.get(&tid, 0) {
                 self.model.set_yields(pid, tid, n);
             }
@@ -324,24 +394,33 @@ impl Collector {
             if p.exited {
                 continue;
             }
-            // Only threads whose scan can matter: one that existed at attach and has not been
-            // seen calling since (a call that began before attach), or one in a launch traced
-            // without return probe (whether it is still inside is inferred from scans). The
-            // model discards the others' scans, so reading their /proc files is waste — two
-            // reads per thread every 250 ms, for ~50 threads per PyTorch process.
-            let idle: Vec<u32> = p
-                .target
-                .threads()
-                .into_iter()
+            // Only threads whose scan can matter: one in a launch traced without return probe
+            // (whether it is still inside is inferred from scans), or one that existed at
+            // attach and may still be in a call that began before it — until a scan or
+            // sample finds it outside libcuda: any later call is seen by the probes or the
+            // journal. The model discards the other scans, and reading them was most of the
+            // daemon's CPU: two /proc reads per thread every 250 ms, ~60 threads per PyTorch
+            // process (perf, 8 simulated processes with 60 idle threads: 58% of its samples).
+            let mut idle: Vec<u32> = p
+                .threads_at_attach
+                .iter()
+                .copied()
                 .filter(|tid| {
-                    let t = p.threads.get(tid);
-                    let open_launch =
-                        t.is_some_and(|t| t.uprobe_call.as_ref().is_some_and(|c| c.open_ended()));
-                    let before_attach =
-                        p.threads_at_attach.contains(tid) && t.is_none_or(|t| !t.traced);
-                    t.is_none_or(|t| !t.call_is_exact()) && (open_launch || before_attach)
+                    p.threads.get(tid).is_none_or(|t| {
+                        let settled = t.scanned_call.is_none()
+                            && t.last_scan.is_some_and(|(_, inside)| !inside);
+                        !t.traced && !settled && !t.call_is_exact()
+                    })
                 })
                 .collect();
+            idle.extend(p.threads.iter().filter_map(|(&tid, t)| {
+                t.uprobe_call
+                    .as_ref()
+                    .is_some_and(|c| c.open_ended())
+                    .then_some(tid)
+            }));
+            idle.sort_unstable();
+            idle.dedup();
             for tid in idle {
                 if !is_sleeping(pid, tid) {
                     continue;
@@ -360,7 +439,7 @@ impl Collector {
         }
     }
 
-    fn prune(&mut self) -> Vec<Exited> {
+    fn prune(&mut self, now_ns: u64) -> Vec<Exited> {
         let mut exited = Vec::new();
         let pids: Vec<u32> = self.model.procs.keys().copied().collect();
         for pid in pids {
@@ -392,15 +471,29 @@ impl Collector {
             let Some(p) = self.model.procs.get_mut(&pid) else {
                 continue;
             };
-            // Threads rename themselves (pthread_setname_np after start): re-read names.
+            // Threads rename themselves (pthread_setname_np after start): re-read the names
+            // of the threads a report can show (in a call, or busy).
             for (&tid, t) in p.threads.iter_mut() {
-                t.name = p.target.thread_name(tid);
+                if t.current(now_ns).is_some() || t.busy_since_ns != 0 {
+                    t.name = p.target.thread_name(tid);
+                }
             }
             let alive = p.target.threads();
-            for &tid in &alive {
-                if let Some(ticks) = thread_cpu_ticks(pid, tid) {
-                    self.model.set_cpu(pid, tid, ticks, sys::monotonic_ns());
+            p.threads_at_attach
+                .retain(|t| alive.binary_search(t).is_ok());
+            // Per-thread CPU serves the host-stall verdict only, whose precondition is GPU
+            // work that stopped moving with no kernel in flight: read it then, not for every
+            // thread of every busy process each second (one /proc read per thread).
+            let quiet = now_ns.saturating_sub(p.last_progress_ns) >= PRUNE_EVERY_NS
+                && self.model.kernels.get(&pid).is_none_or(|k| k.is_empty());
+            if quiet {
+                for &tid in &alive {
+                    if let Some(ticks) = thread_cpu_ticks(pid, tid) {
+                        self.model.set_cpu(pid, tid, ticks, sys::monotonic_ns());
+                    }
                 }
+            } else {
+                self.model.clear_cpu(pid);
             }
             self.scanned_at
                 .retain(|(p, t), _| *p != pid || alive.contains(t));

@@ -323,18 +323,24 @@ impl JournalView {
 /// # Safety
 /// `base + off .. + size_of::<T>()` must be readable, `off` a multiple of 8.
 unsafe fn read_words<T: Copy>(base: *const u64, off: u64) -> T {
-    const MAX_WORDS: usize = 64;
+    const { assert!(size_of::<T>().is_multiple_of(8)) };
     let words = size_of::<T>() / 8;
-    debug_assert!(size_of::<T>().is_multiple_of(8) && words <= MAX_WORDS && off.is_multiple_of(8));
-    let mut buf = [0u64; MAX_WORDS];
-    for (i, w) in buf.iter_mut().take(words).enumerate() {
+    debug_assert!(off.is_multiple_of(8));
+    // Straight into the result: a zeroed 512-byte buffer per read was most of the cost of
+    // scanning an 8,192-slot in-flight table one word per slot.
+    let mut out = std::mem::MaybeUninit::<T>::uninit();
+    let dst = out.as_mut_ptr().cast::<u64>();
+    for i in 0..words {
         // SAFETY: in bounds by the caller's contract; atomic loads are sound on memory another
-        // process writes, and on read-only mappings.
-        *w =
-            unsafe { AtomicU64::from_ptr(base.add(off as usize / 8 + i).cast_mut()) }.load(Acquire);
+        // process writes, and on read-only mappings. `dst` has room for `words` words (T's
+        // size is a multiple of 8), written unaligned.
+        unsafe {
+            let w = AtomicU64::from_ptr(base.add(off as usize / 8 + i).cast_mut()).load(Acquire);
+            dst.add(i).write_unaligned(w);
+        }
     }
-    // SAFETY: buf holds size_of::<T>() initialised bytes; T is plain data valid for any bits.
-    unsafe { std::ptr::read_unaligned(buf.as_ptr().cast::<T>()) }
+    // SAFETY: every byte of T was written above; T is plain data valid for any bits.
+    unsafe { out.assume_init() }
 }
 
 /// A journal image in an owned, aligned buffer (tests, fuzzing, a copy taken for a report).

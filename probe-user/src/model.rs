@@ -62,8 +62,10 @@ pub struct CurrentCall {
     pub since_ns: u64,
     pub seen_by: SeenBy,
     pub args: Option<InCall>,
-    /// For a stack-scanned call: the thread's yield count when first seen inside.
-    pub yields_at_first_seen: u64,
+    /// For a call found by stack scan or journal: the thread's yield count at the first read
+    /// after the call was seen (yields are read only for threads in such calls; None until
+    /// then).
+    pub yields_at_first_seen: Option<u64>,
     /// For a stack-scanned call: last time a sample confirmed it.
     pub confirmed_ns: u64,
 }
@@ -409,7 +411,7 @@ impl Model {
                         since_ns: attached,
                         seen_by: SeenBy::StackScan,
                         args: None,
-                        yields_at_first_seen: t.yields_total,
+                        yields_at_first_seen: None,
                         confirmed_ns: now_ns,
                     })
                 }
@@ -433,7 +435,7 @@ impl Model {
                     since_ns: call.start_ns,
                     seen_by: SeenBy::Uprobe,
                     args: Some(*call),
-                    yields_at_first_seen: 0,
+                    yields_at_first_seen: None,
                     confirmed_ns: call.start_ns,
                 });
                 t.scanned_call = None;
@@ -489,7 +491,7 @@ impl Model {
                     since_ns: c.since_ns,
                     seen_by: SeenBy::Journal,
                     args: None,
-                    yields_at_first_seen: t.yields_total,
+                    yields_at_first_seen: None,
                     confirmed_ns: now_ns,
                 });
             }
@@ -511,7 +513,28 @@ impl Model {
             .and_then(|p| p.threads.get_mut(&tid))
         {
             t.yields_total = total;
+            for c in [&mut t.journal_call, &mut t.scanned_call]
+                .into_iter()
+                .flatten()
+            {
+                c.yields_at_first_seen.get_or_insert(total);
+            }
         }
+    }
+
+    /// Threads whose yield count is used: those in a call found by stack scan or journal (a
+    /// call seen by both probes carries its own count). Reading every thread's cost one map
+    /// lookup per thread per tick — ~60 threads per PyTorch process.
+    pub fn threads_needing_yields(&self) -> Vec<(u32, u32)> {
+        self.procs
+            .iter()
+            .flat_map(|(&pid, p)| {
+                p.threads
+                    .iter()
+                    .filter(|(_, t)| t.journal_call.is_some() || t.scanned_call.is_some())
+                    .map(move |(&tid, _)| (pid, tid))
+            })
+            .collect()
     }
 
     /// Every thread inside a driver call right now, longest first.
@@ -521,21 +544,30 @@ impl Model {
             // With a journal, GPU work that keeps moving says a thread "inside libcuda, entry
             // point unknown" is passing through, not stuck: a launch-bound thread is inside
             // libcuda at nearly every sample (seen on the H200 with 8 PyTorch processes).
-            let moving = self
+            let recording = self
                 .journals
                 .get(&pid)
-                .is_some_and(|j| j.status == "recording")
-                && now_ns.saturating_sub(p.last_progress_ns) < 1_000_000_000;
+                .is_some_and(|j| j.status == "recording");
+            let moving = recording && now_ns.saturating_sub(p.last_progress_ns) < 1_000_000_000;
             for (&tid, t) in &p.threads {
                 let Some(c) = t.current(now_ns) else { continue };
                 if moving && c.api == UNKNOWN_ENTRY_POINT && c.seen_by == SeenBy::StackScan {
+                    continue;
+                }
+                // The journal is exact for launches, synchronizes and copies: a scan alone
+                // that puts a thread in one (a sample taken after the journal was read this
+                // tick) is a launch-bound thread passing through; H200: "in cuLaunchKernel
+                // for ≥ 16.3 s", since attach, for a thread launching all along.
+                if recording && c.seen_by == SeenBy::StackScan && api::class(c.api).is_some() {
                     continue;
                 }
                 let in_call_ns = now_ns.saturating_sub(c.since_ns);
                 let secs = in_call_ns as f64 / 1e9;
                 let yields = match &c.args {
                     Some(a) => a.yields,
-                    None => t.yields_total.saturating_sub(c.yields_at_first_seen),
+                    None => c
+                        .yields_at_first_seen
+                        .map_or(0, |first| t.yields_total.saturating_sub(first)),
                 };
                 let args = c.args.as_ref();
                 let has_stream = args.is_some_and(|a| {
@@ -642,6 +674,18 @@ impl Model {
         t.cpu_ticks = Some((ticks, now_ns));
     }
 
+    /// GPU work moves again: per-thread CPU is not read meanwhile, and a later reading starts
+    /// afresh (no thread is busy "since" before the pause).
+    pub fn clear_cpu(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            for t in p.threads.values_mut() {
+                t.cpu_ticks = None;
+                t.cpu_pct = 0.0;
+                t.busy_since_ns = 0;
+            }
+        }
+    }
+
     /// Forgets threads that no longer exist; returns their tids so their map entries go too.
     pub fn prune_threads(&mut self, pid: u32, alive: &[u32]) -> Vec<u32> {
         let Some(p) = self.procs.get_mut(&pid) else {
@@ -680,7 +724,7 @@ mod tests {
                 since_ns: start_ns,
                 seen_by: SeenBy::Uprobe,
                 args: Some(args),
-                yields_at_first_seen: 0,
+                yields_at_first_seen: None,
                 confirmed_ns: start_ns,
             }),
             ..ThreadState::default()

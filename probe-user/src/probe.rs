@@ -65,6 +65,7 @@ impl Probe {
                 .map_err(|e| privilege_or(e.into(), "failed to load a uprobe program"))?;
         }
 
+        ensure_tracefs()?;
         let yield_prog: &mut TracePoint = program(&mut ebpf, programs::SCHED_YIELD)?.try_into()?;
         yield_prog
             .load()
@@ -263,6 +264,37 @@ fn check_capabilities() -> Result<(), ProbeError> {
 
 /// Maps an EPERM anywhere in the chain to the capability error; otherwise adds context.
 /// (EACCES from BPF_PROG_LOAD is the verifier's rejection, not a privilege problem.)
+/// Tracepoints are attached by name through tracefs. A machine (or a container with /sys
+/// mounted) can lack the mount — the H200 machine starts without it — so mount it, as root
+/// may, and say so once; if that fails, say what to run.
+fn ensure_tracefs() -> anyhow::Result<()> {
+    const AT: &str = "/sys/kernel/tracing";
+    let mounted = |root: &str| std::path::Path::new(root).join("events").exists();
+    if mounted(AT) || mounted("/sys/kernel/debug/tracing") {
+        return Ok(());
+    }
+    let c = |s: &str| std::ffi::CString::new(s).expect("no NUL in a constant");
+    let (src, target) = (c("tracefs"), c(AT));
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            src.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        anyhow::bail!(
+            "tracefs is not mounted and mounting it at {AT} failed ({e}); run `mount -t tracefs tracefs {AT}`"
+        );
+    }
+    eprintln!("wedgeprobe: note: mounted tracefs at {AT} (it was not mounted)");
+    Ok(())
+}
+
 fn privilege_or(e: anyhow::Error, what: &'static str) -> anyhow::Error {
     let denied = e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()

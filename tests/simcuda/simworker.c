@@ -12,6 +12,9 @@
  *   simworker spin [run_s]                       spins on the host in wait_for_peers_ready, no kernels
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
  *
+ * SIMWORKER_IDLE_THREADS=N parks N extra threads in condition waits (a PyTorch process has
+ * 50-90 threads, most of them idle pools: what a probe pays per thread shows up with them);
+ * SIMWORKER_PACE_US sets healthy's pause between launches (default 50; 0: launch-bound).
  * SIMWORKER_START_DELAY_MS delays everything (a probe can attach before the kernel lookups);
  * SIMWORKER_LAUNCH_API=ex launches through cuLaunchKernelEx; SIMWORKER_SYNC_API=ctx|copy
  * makes the syncer wait in cuCtxSynchronize or a blocking cuMemcpyDtoH instead.
@@ -77,6 +80,17 @@ static void *syncer(void *arg) {
     return NULL;
 }
 
+static pthread_mutex_t idle_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t idle_cv = PTHREAD_COND_INITIALIZER;
+
+static void *idle_pool_thread(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&idle_mu);
+    while (!stop) pthread_cond_wait(&idle_cv, &idle_mu);
+    pthread_mutex_unlock(&idle_mu);
+    return NULL;
+}
+
 static void *short_lived(void *arg) {
     (void)arg;
     for (int i = 0; i < 20; i++) launch(decode);
@@ -101,6 +115,14 @@ int main(int argc, char **argv) {
     cuModuleGetFunction(&wedge, NULL, wedge_name ? wedge_name : "_Z17attn_wedge_kernelP7barrierPf");
     cuModuleGetFunction(&long_kernel, NULL, "_Z11long_kernelPf");
     pthread_setname_np(pthread_self(), "launcher");
+    const char *idle = getenv("SIMWORKER_IDLE_THREADS");
+    for (int i = 0; idle && i < atoi(idle); i++) {
+        pthread_t t;
+        pthread_create(&t, NULL, idle_pool_thread, NULL);
+        pthread_detach(t);
+    }
+    const char *pace = getenv("SIMWORKER_PACE_US");
+    int pace_us = pace ? atoi(pace) : 50;
     double start = now_s();
 
     if (!strcmp(mode, "wedge")) {
@@ -124,7 +146,7 @@ int main(int argc, char **argv) {
         while (now_s() - start < run_s) {
             launch(decode);
             if (++n % 64 == 0) cuStreamSynchronize(stream);
-            usleep(50);
+            if (pace_us > 0) usleep(pace_us);
         }
         cuCtxSynchronize();
     } else if (!strcmp(mode, "threads")) {

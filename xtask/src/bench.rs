@@ -50,6 +50,16 @@ enum What {
         /// Extra lines for the daemon's config (e.g. `flight_max_events = 1`).
         #[arg(long, default_value = "")]
         config: String,
+        /// Idle threads parked in each worker (a PyTorch process has 50-90 threads).
+        #[arg(long, default_value_t = 0)]
+        idle_threads: u32,
+        /// Microseconds between a worker's launches (0: launch-bound, like a PyTorch loop).
+        #[arg(long, default_value_t = 50)]
+        pace_us: u32,
+        /// Leave the daemon running for this many more seconds after the measurement, with
+        /// its pid printed (to profile it: `perf record -p PID`).
+        #[arg(long, default_value_t = 0)]
+        hold: u64,
     },
 }
 
@@ -60,7 +70,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             procs,
             seconds,
             config,
-        }) => return daemon_bounds(*procs, *seconds, config),
+            idle_threads,
+            pace_us,
+            hold,
+        }) => {
+            return daemon_bounds(
+                *procs,
+                *seconds,
+                config,
+                Load {
+                    idle_threads: *idle_threads,
+                    pace_us: *pace_us,
+                    hold: *hold,
+                },
+            );
+        }
         None => {}
     }
     // SAFETY: geteuid has no preconditions.
@@ -234,7 +258,14 @@ fn usage(pid: u32) -> (f64, u64) {
     (cpu / ticks.max(1) as f64, rss * page.max(1) as u64)
 }
 
-fn daemon_bounds(procs: u32, seconds: u64, extra: &str) -> anyhow::Result<()> {
+/// What each simulated worker looks like, and how long to keep the daemon for profiling.
+struct Load {
+    idle_threads: u32,
+    pace_us: u32,
+    hold: u64,
+}
+
+fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the daemon attaches eBPF probes: run it as root");
@@ -256,8 +287,10 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str) -> anyhow::Result<()> {
     for _ in 0..procs {
         workers.push(
             Command::new(wp_tests::simworker())
-                .args(["healthy", &(seconds + 30).to_string()])
+                .args(["healthy", &(seconds + 30 + load.hold).to_string()])
                 .env("CUDA_INJECTION64_PATH", &shim)
+                .env("SIMWORKER_IDLE_THREADS", load.idle_threads.to_string())
+                .env("SIMWORKER_PACE_US", load.pace_us.to_string())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()?,
@@ -279,6 +312,10 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str) -> anyhow::Result<()> {
         max_rss = max_rss.max(usage(pid).1);
     }
     let (cpu1, rss) = usage(pid);
+    if load.hold > 0 {
+        println!("daemon pid {pid}: held for {} s", load.hold);
+        sleep(Duration::from_secs(load.hold));
+    }
     // SAFETY: signalling our own children.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let _ = daemon.wait();
@@ -287,10 +324,14 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str) -> anyhow::Result<()> {
         let _ = w.wait();
     }
     let core_pct = 100.0 * (cpu1 - cpu0) / seconds as f64;
-    println!("| processes | seconds | daemon CPU (% of one core) | RSS at end MiB | max RSS MiB |");
-    println!("|---|---|---|---|---|");
     println!(
-        "| {procs} | {seconds} | {core_pct:.2} | {:.1} | {:.1} |",
+        "| processes | idle threads each | pace µs | seconds | daemon CPU (% of one core) | RSS at end MiB | max RSS MiB |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| {procs} | {} | {} | {seconds} | {core_pct:.2} | {:.1} | {:.1} |",
+        load.idle_threads,
+        load.pace_us,
         rss as f64 / (1 << 20) as f64,
         max_rss as f64 / (1 << 20) as f64
     );

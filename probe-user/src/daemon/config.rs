@@ -32,7 +32,7 @@ impl Default for Config {
             dump_dir: PathBuf::from("/var/lib/wedgeprobe/dumps"),
             dump_max_bytes: 1 << 30,
             scan_interval: Duration::from_secs(2),
-            tick: Duration::from_millis(100),
+            tick: Duration::from_millis(250),
             blocked_after: Duration::from_secs(1),
             kernel_floor: Duration::from_secs(5),
             kernel_multiple: 10.0,

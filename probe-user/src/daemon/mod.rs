@@ -35,6 +35,8 @@ use metrics::{Hist, ProcessMetrics, Snapshot, StreamMetrics, bounded_label};
 
 /// Journal records read per process per tick (see `run`).
 const MAX_RECORDS_PER_TICK: u64 = 1024;
+/// In-flight tables are scanned this often (see `run`).
+const HEADS_EVERY_NS: u64 = 1_000_000_000;
 
 #[derive(clap::Args, Debug)]
 pub struct DaemonArgs {
@@ -79,6 +81,10 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
     // 29% of a core on the H200. The heads come from the in-flight tables; the ring only
     // feeds history and the flight recorder, which a sample serves.
     collector.max_records_per_poll = MAX_RECORDS_PER_TICK;
+    // Stream heads from a full in-flight table scan once a second, kept up to date in
+    // between: a head found up to 1 s late still has its true age (verdict bounds are
+    // seconds), and the scan was two thirds of a tick (BENCHMARKS.md).
+    collector.heads_every_ns = HEADS_EVERY_NS;
     signals::install();
     signals::install_reload();
     log.event(
@@ -306,9 +312,15 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             phases[2] += t0.elapsed();
             ticks_seen += 1;
             if ticks_seen.is_multiple_of(100) {
+                let poll: Vec<String> = collector
+                    .take_phases()
+                    .into_iter()
+                    .map(|(n, d)| format!("{n} {:?}", d / 100))
+                    .collect();
                 eprintln!(
-                    "wedgeprobe daemon: per tick over the last 100: poll {:?}, verdicts+trace events {:?}, whole tick {:?}",
+                    "wedgeprobe daemon: per tick over the last 100: poll {:?} ({}), verdicts+trace events {:?}, whole tick {:?}",
                     phases[0] / 100,
+                    poll.join(", "),
                     phases[1] / 100,
                     phases[2] / 100
                 );
