@@ -145,6 +145,25 @@ impl ThreadState {
     }
 }
 
+/// Whether a thread's call is shown, given the process's shim journal: `recording` (its journal
+/// is being read) and `moving` (its GPU work moved within the last second).
+fn believed(c: &CurrentCall, recording: bool, moving: bool) -> bool {
+    if c.seen_by != SeenBy::StackScan {
+        return true;
+    }
+    // GPU work that keeps moving says a thread "inside libcuda, entry point unknown" is
+    // passing through, not stuck: a launch-bound thread is inside libcuda at nearly every
+    // sample (seen on the H200 with 8 PyTorch processes).
+    if moving && c.api == UNKNOWN_ENTRY_POINT {
+        return false;
+    }
+    // The journal is exact for launches, synchronizes and copies: a scan alone that puts a
+    // thread in one (a sample taken after the journal was read this tick) is a launch-bound
+    // thread passing through; H200: "in cuLaunchKernel for ≥ 16.3 s", since attach, for a
+    // thread launching all along.
+    !(recording && api::class(c.api).is_some())
+}
+
 /// A thread that yielded this recently is still spinning (72,000 yields/s when blocked).
 const YIELDING_NS: u64 = 100_000_000;
 /// See `ThreadState::open_call_active`.
@@ -541,9 +560,6 @@ impl Model {
     pub fn threads_in_calls(&self, now_ns: u64, blocked_after_ns: u64) -> Vec<ThreadView> {
         let mut out = Vec::new();
         for (&pid, p) in &self.procs {
-            // With a journal, GPU work that keeps moving says a thread "inside libcuda, entry
-            // point unknown" is passing through, not stuck: a launch-bound thread is inside
-            // libcuda at nearly every sample (seen on the H200 with 8 PyTorch processes).
             let recording = self
                 .journals
                 .get(&pid)
@@ -551,14 +567,7 @@ impl Model {
             let moving = recording && now_ns.saturating_sub(p.last_progress_ns) < 1_000_000_000;
             for (&tid, t) in &p.threads {
                 let Some(c) = t.current(now_ns) else { continue };
-                if moving && c.api == UNKNOWN_ENTRY_POINT && c.seen_by == SeenBy::StackScan {
-                    continue;
-                }
-                // The journal is exact for launches, synchronizes and copies: a scan alone
-                // that puts a thread in one (a sample taken after the journal was read this
-                // tick) is a launch-bound thread passing through; H200: "in cuLaunchKernel
-                // for ≥ 16.3 s", since attach, for a thread launching all along.
-                if recording && c.seen_by == SeenBy::StackScan && api::class(c.api).is_some() {
+                if !believed(c, recording, moving) {
                     continue;
                 }
                 let in_call_ns = now_ns.saturating_sub(c.since_ns);
@@ -759,6 +768,37 @@ mod tests {
         t.last_scan = Some((900 * MS, true));
         assert!(t.current(1100 * MS).is_some());
         assert!(t.current(2000 * MS).is_none());
+    }
+
+    #[test]
+    fn with_a_recording_journal_a_scan_alone_never_puts_a_thread_in_a_launch() {
+        let call = |api, seen_by| CurrentCall {
+            api,
+            since_ns: 0,
+            seen_by,
+            args: None,
+            yields_at_first_seen: None,
+            confirmed_ns: 0,
+        };
+        let launch = api::id_of("cuLaunchKernel").unwrap();
+        let scanned = call(launch, SeenBy::StackScan);
+        assert!(!believed(&scanned, true, false));
+        assert!(
+            believed(&scanned, false, false),
+            "no journal: the scan is all there is"
+        );
+        assert!(believed(
+            &call(launch, SeenBy::StackScanAndJournal),
+            true,
+            true
+        ));
+        assert!(believed(&call(launch, SeenBy::Journal), true, true));
+        let unknown = call(UNKNOWN_ENTRY_POINT, SeenBy::StackScan);
+        assert!(!believed(&unknown, true, true));
+        assert!(
+            believed(&unknown, true, false),
+            "GPU work stopped: it may be stuck there"
+        );
     }
 
     #[test]

@@ -38,7 +38,7 @@ impl Default for Config {
             kernel_multiple: 10.0,
             kernel_hard_bound: Duration::from_secs(60),
             flight_seconds: Duration::from_secs(30),
-            flight_max_events: 250_000,
+            flight_max_events: 200_000,
             json_logs: false,
             max_targets: 64,
             collectives: Vec::new(),

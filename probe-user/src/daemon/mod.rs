@@ -170,6 +170,11 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
                                 log.event("attached", json!({"pid": pid, "comm": comm, "launch_probes": a.launch_probes}),
                                     format!("attached to pid {pid} ({comm}); launch probes: {}", a.launch_probes));
                             }
+                            Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => {
+                                // It exited while being attached (H200: a short-lived child
+                                // that mapped libcuda): nothing to report.
+                                discovery.forget(pid);
+                            }
                             Err(e) => {
                                 discovery.not_now(pid, cfg.scan_interval);
                                 log.event(
