@@ -56,6 +56,13 @@ fn read_all(image: &OwnedJournal) {
         let mut cursor = probe_user::kernels::JournalCursor::default();
         cursor.advance(&view);
         let _ = cursor.heads(7, &view, 1_000);
+        // The daemon's path: bounded reads, heads kept between in-flight scans.
+        let mut daemon = probe_user::kernels::JournalCursor::default();
+        let _ = daemon.advance_at_most(&view, 4);
+        let _ = daemon.heads_every(7, &view, 1_000, 1_000);
+        let _ = daemon.advance_at_most(&view, 4);
+        let _ = daemon.heads_every(7, &view, 1_500, 1_000);
+        let _ = daemon.heads_every(7, &view, 2_500, 1_000);
     }
 }
 
