@@ -25,3 +25,17 @@ wait %2 2>/dev/null; cat "$OUT/job.log" | grep -v Warning | tail -8
 sleep 2; kill -INT $D; wait $D
 grep -E '"culprit"|culprit|dump' "$OUT/daemon.log" | cut -c1-300
 ls -la "$OUT/dumps" 2>/dev/null
+echo "=== flight-recorder dumps: events per rank process"
+for f in "$OUT"/dumps/*.trace.json.gz; do
+  [ -e "$f" ] || continue
+  python3 - "$f" $(grep -o 'pid [0-9]*' "$OUT/job.log" | awk '{print $2}') <<'PY'
+import gzip, json, sys
+events = json.load(gzip.open(sys.argv[1]))
+events = events.get("traceEvents", events) if isinstance(events, dict) else events
+procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+for pid, name in sorted(procs.items()):
+    n = sum(1 for e in events if e.get("pid") == pid and e.get("ph") != "M")
+    print(sys.argv[1].rsplit("/", 1)[-1], "|", name, "|", n, "events")
+print("rank pids:", sys.argv[2:])
+PY
+done
