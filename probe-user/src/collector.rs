@@ -63,6 +63,11 @@ pub struct Collector {
     names: HashMap<(u32, u32), Arc<str>>,
     /// Time spent in each part of `poll` (see `take_phases`).
     phases: [std::time::Duration; PHASES.len()],
+    /// Processes attached with their launches left to the journal (no launch probes).
+    launches_by_journal: std::collections::HashSet<u32>,
+    /// Processes whose shim stopped recording since the last `take_launch_probe_changes`, with
+    /// how launches are traced now (or why probes could not be added).
+    launch_probe_changes: Vec<(u32, Result<&'static str, String>)>,
 }
 
 /// The parts of `poll` timed for `WEDGEPROBE_DEBUG_TICK` (indexes into `phases`).
@@ -125,6 +130,8 @@ impl Collector {
             scanned_at: HashMap::new(),
             names: HashMap::new(),
             phases: Default::default(),
+            launches_by_journal: Default::default(),
+            launch_probe_changes: Vec::new(),
         })
     }
 
@@ -134,7 +141,11 @@ impl Collector {
         if let Some(mapping) = target.journal.clone() {
             self.open_journal(pid, &mapping.path);
         }
-        let journal_ok = self.journals.contains_key(&pid);
+        // A shim that no longer records (released, off) leaves launches to the probes.
+        let journal_ok = self.journals.get(&pid).is_some_and(|(j, _)| {
+            let v = j.view();
+            !v.shim_off() && !v.shim_released()
+        });
         let attached = match self.probe.attach(&target, launch_returns, journal_ok) {
             Ok(a) => a,
             Err(e) => {
@@ -143,6 +154,9 @@ impl Collector {
                 return Err(e);
             }
         };
+        if journal_ok && !launch_returns {
+            self.launches_by_journal.insert(pid);
+        }
         let code = TargetCode::new(&target, &attached.lib);
         self.model.add_process(target, code, sys::monotonic_ns());
         Ok(attached)
@@ -185,6 +199,7 @@ impl Collector {
     }
 
     fn read_journals(&mut self, now_ns: u64) {
+        let mut stopped_pids = Vec::new();
         for (&pid, (journal, cursor)) in self.journals.iter_mut() {
             let view = journal.view();
             let mut moved = false;
@@ -232,13 +247,21 @@ impl Collector {
                 self.model.progress(pid, now_ns);
             }
             lap.mark(&mut self.phases[4]);
-            self.model.kernels.insert(
-                pid,
-                cursor.heads_every(pid, view, now_ns, self.heads_every_ns),
-            );
+            // A shim that is off or gave CUPTI back no longer updates its slots: launches in
+            // flight then never complete in the table, and judged as kernels they would age
+            // into a false kernel_wedge. The process is watched eBPF-only from then on.
+            let stopped = view.shim_off() || view.shim_released();
+            if stopped {
+                stopped_pids.push(pid);
+            }
+            let heads = if stopped {
+                Vec::new()
+            } else {
+                cursor.heads_every(pid, view, now_ns, self.heads_every_ns)
+            };
+            self.model.kernels.insert(pid, heads);
             lap.mark(&mut self.phases[5]);
-            // A shim that is off or gave CUPTI back no longer updates its slots.
-            let calls = if view.shim_off() || view.shim_released() {
+            let calls = if stopped {
                 Vec::new()
             } else {
                 view.threads_in_calls()
@@ -267,6 +290,25 @@ impl Collector {
             );
             lap.mark(&mut self.phases[6]);
         }
+        for pid in stopped_pids {
+            if !self.launches_by_journal.remove(&pid) {
+                continue;
+            }
+            let Some(p) = self.model.procs.get(&pid) else {
+                continue;
+            };
+            let outcome = self
+                .probe
+                .attach_launch_probes(&p.target)
+                .map_err(|e| format!("{e:#}"));
+            self.launch_probe_changes.push((pid, outcome));
+        }
+    }
+
+    /// Processes whose shim stopped recording since the last call, with how their launches
+    /// are traced now: callers say so once.
+    pub fn take_launch_probe_changes(&mut self) -> Vec<(u32, Result<&'static str, String>)> {
+        std::mem::take(&mut self.launch_probe_changes)
     }
 
     /// One tick: everything the kernel has for us, then the periodic /proc work.
@@ -508,6 +550,7 @@ impl Collector {
     /// Stops tracing `pid` if still attached and drops everything known about it.
     pub fn forget(&mut self, pid: u32) {
         self.probe.detach(pid);
+        self.launches_by_journal.remove(&pid);
         self.journals.remove(&pid);
         self.names.retain(|(p, _), _| *p != pid);
         self.model.forget(pid);

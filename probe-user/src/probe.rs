@@ -136,7 +136,9 @@ impl Probe {
             }
             .into());
         }
-        let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
+        if target.pid == 0 {
+            return Err(ProbeError::NoSuchProcess { pid: 0 }.into());
+        }
         // The target's tgid goes in first: a call that starts while we attach is then either
         // fully seen or (entry before the uprobe existed) counted as exit-without-entry.
         let mut targets: BpfHashMap<_, u32, u32> =
@@ -146,48 +148,13 @@ impl Probe {
             .context("failed to add the target to WP_TARGETS")?;
 
         let mut links = Vec::new();
-        let result = (|| -> anyhow::Result<()> {
-            // Return probes first: a call that enters after its entry probe exists then
-            // always has its return probe too (the kernel arms a uretprobe at entry), so no
-            // in-call entry is left without the exit that removes it.
-            let plan = [
-                (programs::CALL_EXIT, &lib.waits),
-                (programs::CALL_ENTER, &lib.waits),
-                (programs::NAME_EXIT, &lib.name_lookups),
-                (programs::NAME_ENTER, &lib.name_lookups),
-            ];
-            for (name, points) in plan {
-                let prog: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
-                for ep in points {
-                    let launch = api::class(ep.id) == Some(api::ApiClass::Launch);
-                    if launch && skip_launches {
-                        continue;
-                    }
-                    let open_ended = launch && !launch_returns;
-                    if open_ended && name == programs::CALL_EXIT {
-                        continue;
-                    }
-                    let cookie = ep.id as u64 | if open_ended { COOKIE_OPEN_ENDED } else { 0 };
-                    let point = UProbeAttachPoint {
-                        location: UProbeAttachLocation::AbsoluteOffset(ep.file_offset),
-                        cookie: Some(cookie),
-                    };
-                    let link = prog
-                        .attach(point, &path, UProbeScope::OneProcess(pid))
-                        .map_err(|e| {
-                            if !target.alive() {
-                                ProbeError::TargetExited { pid: target.pid }.into()
-                            } else {
-                                privilege_or(e.into(), "failed to attach a uprobe").context(
-                                    format!("uprobe on {} in {}", ep.symbol, target.libcuda),
-                                )
-                            }
-                        })?;
-                    links.push((name, link));
-                }
+        let result = self.attach_points(target, &lib, &mut links, |launch| {
+            if launch && skip_launches {
+                None
+            } else {
+                Some(launch && !launch_returns)
             }
-            Ok(())
-        })();
+        });
         self.links.insert(target.pid, links);
         if let Err(e) = result {
             self.detach(target.pid);
@@ -203,6 +170,74 @@ impl Probe {
             (false, false) => "entry",
         };
         Ok(Attached { lib, launch_probes })
+    }
+
+    /// The shim of an attached process stopped recording (released CUPTI, or turned itself
+    /// off): its launches were left to the journal, so put entry probes on them now (entry
+    /// only, the cheap mode: whether a thread is still inside is inferred from its yields and
+    /// stack samples). Returns how launches are traced now.
+    pub fn attach_launch_probes(&mut self, target: &Target) -> anyhow::Result<&'static str> {
+        let lib = self
+            .libs
+            .get(&target.libcuda_host_path)
+            .cloned()
+            .context("libcuda of an attached process not resolved")?;
+        let mut links = Vec::new();
+        let result = self.attach_points(target, &lib, &mut links, |launch| launch.then_some(true));
+        self.links.entry(target.pid).or_default().extend(links);
+        result.map(|()| "entry (the shim stopped recording)")
+    }
+
+    /// Attaches the uprobes of `lib`'s entry points in `target`. `which(is_launch)` says per
+    /// entry point whether to trace it (None: skip) and whether it is open-ended (entry probe
+    /// only). Links made are pushed to `links` even on error, for the caller to keep or drop.
+    fn attach_points(
+        &mut self,
+        target: &Target,
+        lib: &LibCuda,
+        links: &mut Vec<(&'static str, UProbeLinkId)>,
+        which: impl Fn(bool) -> Option<bool>,
+    ) -> anyhow::Result<()> {
+        let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
+        let path = &target.libcuda_host_path;
+        // Return probes first: a call that enters after its entry probe exists then always
+        // has its return probe too (the kernel arms a uretprobe at entry), so no in-call
+        // entry is left without the exit that removes it.
+        let plan = [
+            (programs::CALL_EXIT, &lib.waits),
+            (programs::CALL_ENTER, &lib.waits),
+            (programs::NAME_EXIT, &lib.name_lookups),
+            (programs::NAME_ENTER, &lib.name_lookups),
+        ];
+        for (name, points) in plan {
+            let prog: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
+            for ep in points {
+                let launch = api::class(ep.id) == Some(api::ApiClass::Launch);
+                let Some(open_ended) = which(launch) else {
+                    continue;
+                };
+                if open_ended && name == programs::CALL_EXIT {
+                    continue;
+                }
+                let cookie = ep.id as u64 | if open_ended { COOKIE_OPEN_ENDED } else { 0 };
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(ep.file_offset),
+                    cookie: Some(cookie),
+                };
+                let link = prog
+                    .attach(point, path, UProbeScope::OneProcess(pid))
+                    .map_err(|e| {
+                        if !target.alive() {
+                            ProbeError::TargetExited { pid: target.pid }.into()
+                        } else {
+                            privilege_or(e.into(), "failed to attach a uprobe")
+                                .context(format!("uprobe on {} in {}", ep.symbol, target.libcuda))
+                        }
+                    })?;
+                links.push((name, link));
+            }
+        }
+        Ok(())
     }
 
     /// Stops tracing `pid` (it exited, or the user is done).

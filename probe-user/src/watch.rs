@@ -93,6 +93,28 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
                 )?;
             }
         }
+        for (pid, outcome) in session.collector.take_launch_probe_changes() {
+            let text = match &outcome {
+                Ok(how) => format!("launch probes: {how}"),
+                Err(e) => format!("launch probes could not be added: {e}"),
+            };
+            if let (Ok(how), Some(f)) = (&outcome, session.facts.get_mut(&pid)) {
+                f.launch_probes = how;
+            }
+            if args.json {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"event": "shim_stopped", "pid": pid, "launch_probes": outcome.as_ref().ok(), "error": outcome.as_ref().err()})
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "{} SHIM      pid {pid}: the shim stopped recording (released or off); {text}",
+                    clock()
+                )?;
+            }
+        }
         let Evaluation {
             threads,
             kernels,

@@ -14,6 +14,7 @@ use super::{Worker, report_json, require_root, secs, wait_until, wedgeprobe_bin}
 fn target_exits_during_report() {
     require_root!();
     let w = Worker::spawn(&["healthy", "1"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
+    w.wait_for_cuda();
     let r = report_json(&["--pid", &w.pid_arg(), "--window", "3s"]);
     assert_eq!(r["targets"][0]["exited"], true, "{}", r["targets"]);
     assert_eq!(r["verdict"]["kind"], "target_exited");
@@ -60,6 +61,7 @@ fn loaded_link_ids() -> BTreeSet<u32> {
 fn sigkill_leaves_no_program_or_link_behind() {
     require_root!();
     let w = Worker::spawn(&["healthy", "30"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
+    w.wait_for_cuda();
     let mut child = Command::new(wedgeprobe_bin())
         .args(["watch", "--pid", &w.pid_arg()])
         .stdout(Stdio::piped())

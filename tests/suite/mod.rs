@@ -77,6 +77,17 @@ impl Worker {
     pub fn pid_arg(&self) -> String {
         self.pid().to_string()
     }
+
+    /// Waits (up to 5 s) until the worker has mapped libcuda: attaching before that is
+    /// refused with exit code 4, which a loaded CI machine can hit right after spawn.
+    pub fn wait_for_cuda(&self) -> &Self {
+        let maps = format!("/proc/{}/maps", self.pid());
+        let mapped = wait_until(Duration::from_secs(5), || {
+            std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libcuda"))
+        });
+        assert!(mapped, "worker {} never mapped libcuda", self.pid());
+        self
+    }
 }
 
 impl Drop for Worker {

@@ -3,7 +3,9 @@
 
 use std::thread::sleep;
 
-use super::{Worker, report_json, require_root, secs, shim_path, thread, wedgeprobe};
+use super::{
+    Worker, report_json, require_root, secs, shim_path, thread, wedgeprobe, wedgeprobe_bin,
+};
 
 #[test]
 fn the_journal_names_the_stuck_kernel_and_the_queue_behind_it() {
@@ -220,6 +222,95 @@ fn release_makes_the_shim_give_cupti_back_and_says_so() {
         r["targets"][0]["journal"]["status"], "released",
         "{}",
         r["targets"][0]
+    );
+}
+
+/// After a release the shim records nothing: kernels that were in flight then stay in its
+/// table. They must not age into a kernel_wedge (here the long kernel finishes 1.5 s after
+/// start, 1 s after the release, and the report is taken at ~3.5 s with a 1 s floor).
+#[test]
+fn kernels_in_flight_at_a_release_are_not_judged_afterwards() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["healthy", "8"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_LONG_KERNEL_MS", "1500"),
+        ],
+    );
+    sleep(secs(0.5));
+    let out = wedgeprobe(&["release", "--pid", &w.pid_arg()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    sleep(secs(2.5));
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        "--window",
+        "500ms",
+        "--kernel-floor",
+        "1s",
+    ]);
+    assert_eq!(r["targets"][0]["journal"]["status"], "released");
+    assert_eq!(
+        r["kernels"].as_array().map_or(0, Vec::len),
+        0,
+        "{}",
+        r["kernels"]
+    );
+    assert_ne!(r["verdict"]["kind"], "kernel_wedge", "{}", r["verdict"]);
+}
+
+/// A shim released while `watch` runs no longer records launches: watch says so, puts entry
+/// probes on the launches, and still sees the launch that blocks behind the wedge later.
+#[test]
+fn after_a_release_watch_traces_launches_itself() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "10", "2500"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "12"),
+        ],
+    );
+    sleep(secs(0.5));
+    let watch = std::process::Command::new(wedgeprobe_bin())
+        .args(["watch", "--pid", &w.pid_arg(), "--json", "--duration", "6s"])
+        .args(["--kernel-floor", "2s", "--no-flight"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("watch starts");
+    sleep(secs(1.0));
+    let rel = wedgeprobe(&["release", "--pid", &w.pid_arg()]);
+    assert_eq!(rel.status.code(), Some(0), "{rel:?}");
+    let out = watch.wait_with_output().expect("watch ends");
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let stopped = lines
+        .iter()
+        .find(|l| l["event"] == "shim_stopped")
+        .unwrap_or_else(|| panic!("no shim_stopped line: {lines:?}"));
+    assert!(
+        stopped["launch_probes"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("entry")),
+        "{stopped}"
+    );
+    let b = lines
+        .iter()
+        .find(|l| l["event"] == "blocked" && l["thread"]["api"] == "cuLaunchKernel")
+        .unwrap_or_else(|| panic!("no blocked launch: {lines:?}"));
+    assert_eq!(b["thread"]["seen_by"], "uprobe", "{b}");
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l["event"] == "verdict" && l["verdict"]["kind"] == "kernel_wedge"),
+        "no kernel is judged after the release: {lines:?}"
     );
 }
 

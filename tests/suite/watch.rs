@@ -15,6 +15,7 @@ use super::{Worker, require_root, wedgeprobe_bin};
 fn watch_prints_crossings_and_follows_the_target_to_its_exit() {
     require_root!();
     let w = Worker::spawn(&["wedge", "6", "1500"], &[("SIMCUDA_RELEASE_AFTER_S", "3")]);
+    w.wait_for_cuda();
     let mut child = Command::new(wedgeprobe_bin())
         .args([
             "watch",

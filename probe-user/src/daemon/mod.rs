@@ -204,6 +204,19 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             verdicts.remove(&gone.pid);
             discovery.forget(gone.pid);
         }
+        for (pid, outcome) in collector.take_launch_probe_changes() {
+            if let (Ok(how), Some(f)) = (&outcome, facts.get_mut(&pid)) {
+                f.launch_probes = how;
+            }
+            log.event(
+                "shim_stopped",
+                json!({"pid": pid, "launch_probes": outcome.as_ref().ok(), "error": outcome.as_ref().err()}),
+                match &outcome {
+                    Ok(how) => format!("pid {pid}: the shim stopped recording (released or off); launch probes: {how}"),
+                    Err(e) => format!("pid {pid}: the shim stopped recording (released or off); launch probes could not be added: {e}"),
+                },
+            );
+        }
         let t_poll = t0.elapsed();
         names.update(&collector.model);
         let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
