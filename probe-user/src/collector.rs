@@ -305,6 +305,15 @@ impl Collector {
         }
     }
 
+    /// Whether `pid`'s stream heads come from an in-flight table scan made in the poll at
+    /// `now_ns` (always, without a journal or without `heads_every_ns`): between scans the
+    /// heads only age and retire, so per-stream in-flight counts are known at scans only.
+    pub fn heads_fresh(&self, pid: u32, now_ns: u64) -> bool {
+        self.journals
+            .get(&pid)
+            .is_none_or(|(_, c)| self.heads_every_ns == 0 || c.scanned_at_ns() == Some(now_ns))
+    }
+
     /// Processes whose shim stopped recording since the last call, with how their launches
     /// are traced now: callers say so once.
     pub fn take_launch_probe_changes(&mut self) -> Vec<(u32, Result<&'static str, String>)> {

@@ -186,6 +186,11 @@ impl JournalCursor {
         heads
     }
 
+    /// When the in-flight table was last scanned (see `heads_every`).
+    pub fn scanned_at_ns(&self) -> Option<u64> {
+        self.scanned_at_ns
+    }
+
     /// Whether later evidence says this launch is done: a synchronize that returned after
     /// it, or a later completion on its (in-order) stream.
     fn retired(&self, correlation: u64, stream: u64, stream_id: u32) -> bool {

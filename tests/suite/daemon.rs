@@ -162,8 +162,10 @@ fn metrics_parse_with_the_prometheus_client_parser() {
     }
     let d = Daemon::start("parse", "kernel_floor = \"1s\"\n");
     let shim = shim_path();
+    // Wedges 2.5 s in: the daemon attaches first (a scan every 300 ms, on 250 ms ticks) and
+    // sees synchronizes return, so the latency histograms have buckets to parse.
     let w = Worker::spawn(
-        &["wedge", "6", "500"],
+        &["wedge", "8", "2500"],
         &[
             ("CUDA_INJECTION64_PATH", &shim),
             ("SIMCUDA_RELEASE_AFTER_S", "8"),

@@ -58,6 +58,9 @@ impl TickRecorder {
         for k in kernels {
             let name = format!("in-flight kernels, stream {} of pid {}", k.stream_id, k.pid);
             seen.push((k.pid, k.device, name.clone()));
+            if !collector.heads_fresh(k.pid, now_ns) {
+                continue; // counts are known at in-flight table scans only (the daemon's)
+            }
             self.sample(
                 &mut out,
                 k.pid,
@@ -73,10 +76,16 @@ impl TickRecorder {
             self.sample(&mut out, t.pid, None, name, t.sched_yield_per_s, now_ns);
         }
         // Series that disappeared (stream drained, thread unblocked) drop to zero once.
+        // A stream absent between two scans of its process's in-flight table only had its
+        // head retire: its count is unknown until the next scan, not zero.
         let gone: Vec<_> = self
             .last
             .iter()
-            .filter(|(key, (v, _))| *v != 0.0 && !seen.contains(key))
+            .filter(|(key, (v, _))| {
+                *v != 0.0
+                    && !seen.contains(key)
+                    && (key.1 == u32::MAX || collector.heads_fresh(key.0, now_ns))
+            })
             .map(|(key, _)| key.clone())
             .collect();
         for (pid, dev, name) in gone {
