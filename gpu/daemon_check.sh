@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# H200, end of session 3: the daemon's cost with 8 PyTorch processes (default config), then
+# H200: the daemon's cost with 8 PyTorch processes (default config), then
 # the daemon on a real wedge with the same build (verdict, dump, metrics).
-#   bash gpu/session3_final.sh OUT
+#   bash gpu/daemon_check.sh OUT
 set -u
-OUT=${1:-/tmp/wps3f}; mkdir -p "$OUT"
+OUT=${1:-/tmp/wpdaemon}; mkdir -p "$OUT"
 WP=${WP:-$PWD/target/release/wedgeprobe}
 SHIM=$(dirname "$WP")/libcupti_shim.so
 /usr/local/cuda/bin/nvcc -O2 -arch=sm_90 -o /tmp/mbarrier_wedge gpu/mbarrier_wedge.cu -lpthread 2>/dev/null &

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# H200, session 3: the reproducers built from gpu/reproducer.cuh, one wedge under `run`, then
+# H200: the reproducers built from gpu/reproducer.cuh, one wedge under `run`, then
 # the daemon's cost with 8 PyTorch processes again (with per-tick phase times).
-#   bash gpu/session3_check.sh OUT
+#   bash gpu/reproducers_check.sh OUT
 set -u
-OUT=${1:-/tmp/wps3}; mkdir -p "$OUT"
+OUT=${1:-/tmp/wprepro}; mkdir -p "$OUT"
 WP=${WP:-$PWD/target/release/wedgeprobe}
 NVCC=/usr/local/cuda/bin/nvcc
 echo "=== nvcc: the reproducers sharing gpu/reproducer.cuh"
