@@ -102,6 +102,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
     let mut names = Names::default();
     let mut verdicts: HashMap<u32, &'static str> = HashMap::new();
     let mut rank_infos: HashMap<u32, crate::job::RankInfo> = HashMap::new();
+    let mut last_streams: HashMap<u32, Vec<StreamMetrics>> = HashMap::new();
     let mut snap = Snapshot::default();
     let mut last_scan = 0u64;
     let start = sys::monotonic_ns();
@@ -201,6 +202,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             );
             collector.forget(gone.pid);
             facts.remove(&gone.pid);
+            last_streams.remove(&gone.pid);
             verdicts.remove(&gone.pid);
             discovery.forget(gone.pid);
         }
@@ -265,7 +267,17 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
                     &mut snap,
                 );
             }
-            processes.push(process_metrics(&collector, *pid, ev, kind));
+            let mut pm = process_metrics(&collector, *pid, ev, kind);
+            // Per-stream series from the last in-flight table scan: between scans a stream
+            // whose head retired is missing from the heads, and its series would blink out
+            // for up to a second (a scrape would often miss a healthy busy stream). Streams
+            // still headed now carry their current age.
+            if collector.heads_fresh(*pid, now) {
+                last_streams.insert(*pid, pm.streams.clone());
+            } else if let Some(last) = last_streams.get(pid) {
+                keep_streams_of_last_scan(&mut pm.streams, last);
+            }
+            processes.push(pm);
         }
         snap.processes = processes;
         // Jobs across the node's processes; the environment is read once per process.
@@ -350,6 +362,19 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
     collector.detach_all();
     log.event("stopped", json!({}), "stopped; detached".into());
     Ok(())
+}
+
+/// Adds to `now` the streams of the last in-flight table scan that `now` lacks (their heads
+/// retired since; their counts are unknown until the next scan, not zero).
+fn keep_streams_of_last_scan(now: &mut Vec<StreamMetrics>, last: &[StreamMetrics]) {
+    for s in last {
+        if !now
+            .iter()
+            .any(|c| c.device == s.device && c.stream == s.stream)
+        {
+            now.push(s.clone());
+        }
+    }
 }
 
 fn process_metrics(
@@ -485,4 +510,32 @@ fn enforce_cap(dir: &Path, cap: u64, keep: &[&Path]) -> usize {
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(name: &str, age: f64, in_flight: u64) -> StreamMetrics {
+        StreamMetrics {
+            device: 0,
+            stream: name.into(),
+            kernel: "k".into(),
+            oldest_age_seconds: age,
+            in_flight,
+        }
+    }
+
+    #[test]
+    fn between_scans_a_stream_whose_head_retired_keeps_its_last_scan_series() {
+        let last = [stream("0x1", 0.001, 40), stream("0x2", 3.0, 1022)];
+        // Now only the stuck stream is headed (aged since the scan); 0x1's head retired.
+        let mut now = vec![stream("0x2", 3.5, 1022)];
+        keep_streams_of_last_scan(&mut now, &last);
+        let got: Vec<(&str, f64, u64)> = now
+            .iter()
+            .map(|s| (s.stream.as_str(), s.oldest_age_seconds, s.in_flight))
+            .collect();
+        assert_eq!(got, [("0x2", 3.5, 1022), ("0x1", 0.001, 40)]);
+    }
 }
