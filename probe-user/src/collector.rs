@@ -48,10 +48,11 @@ pub struct Collector {
     /// When set, every call, launch and kernel drained is also appended here as a trace
     /// event (for `trace` and the flight recorder); the consumer empties it each tick.
     pub tap: Option<Vec<TraceEvent>>,
-    /// Per sleeping thread, the (sp, pc) its stack was last scanned at: a thread still asleep
-    /// at the same place has the same stack, so it is not read and scanned again (a serving
-    /// process has dozens of threads parked in futex waits).
-    scanned_at: HashMap<(u32, u32), (u64, u64)>,
+    /// Per sleeping thread, the (sp, pc) its stack was last scanned at, and whether that scan
+    /// found it inside libcuda: a thread still asleep at the same place has the same stack,
+    /// so it is not read and scanned again (a serving process has dozens of threads parked in
+    /// futex waits).
+    scanned_at: HashMap<(u32, u32), (u64, u64, bool)>,
     /// Newest journal records read per process per poll (`u64::MAX`: all; the daemon bounds
     /// it).
     pub max_records_per_poll: u64,
@@ -447,19 +448,20 @@ impl Collector {
             }
             // Only threads whose scan can matter: one in a launch traced without return probe
             // (whether it is still inside is inferred from scans), or one that existed at
-            // attach and may still be in a call that began before it — until a scan or
-            // sample finds it outside libcuda: any later call is seen by the probes or the
-            // journal. The model discards the other scans, and reading them was most of the
-            // daemon's CPU: two /proc reads per thread every 250 ms, ~60 threads per PyTorch
-            // process (perf, 8 simulated processes with 60 idle threads: 58% of its samples).
+            // attach and may still be in a call that began before it — until two /proc scans
+            // in a row find it asleep outside libcuda: any later call is seen by the probes or
+            // the journal. (Two, and not on-CPU samples: a scan is a heuristic, and one
+            // wrong "outside" would hide a pre-attach call for good.) The model discards the
+            // other scans, and reading them was most of the daemon's CPU: two /proc reads per
+            // thread every 250 ms, ~60 threads per PyTorch process (perf, 8 simulated
+            // processes with 60 idle threads: 58% of its samples).
             let mut idle: Vec<u32> = p
                 .threads_at_attach
                 .iter()
                 .copied()
                 .filter(|tid| {
                     p.threads.get(tid).is_none_or(|t| {
-                        let settled = t.scanned_call.is_none()
-                            && t.last_scan.is_some_and(|(_, inside)| !inside);
+                        let settled = t.scanned_call.is_none() && t.outside_scans >= 2;
                         !t.traced && !settled && !t.call_is_exact()
                     })
                 })
@@ -479,13 +481,19 @@ impl Collector {
                 let Some((sp, pc)) = syscall_regs(pid, tid) else {
                     continue;
                 };
-                if self.scanned_at.insert((pid, tid), (sp, pc)) == Some((sp, pc)) {
-                    // Same place as last time: refresh the scan's timestamp only.
-                    self.model.confirm_scan(pid, tid, now_ns);
-                    continue;
-                }
-                let stack = read_stack(pid, sp);
-                self.model.on_stack(pid, tid, pc, &stack, now_ns);
+                let inside = match self.scanned_at.get(&(pid, tid)) {
+                    Some(&(s, p, inside)) if (s, p) == (sp, pc) => {
+                        // Same place as last time: the same answer, as of now.
+                        self.model.confirm_scan(pid, tid, now_ns);
+                        inside
+                    }
+                    _ => {
+                        let stack = read_stack(pid, sp);
+                        self.model.on_stack(pid, tid, pc, &stack, now_ns)
+                    }
+                };
+                self.scanned_at.insert((pid, tid), (sp, pc, inside));
+                self.model.count_outside_scan(pid, tid, inside);
             }
         }
     }

@@ -90,6 +90,9 @@ pub struct ThreadState {
     pub last_scan: Option<(u64, bool)>,
     /// The probes have seen this thread enter or leave a call since attach.
     pub traced: bool,
+    /// Consecutive /proc scans that found it asleep outside libcuda (see
+    /// `Collector::scan_sleeping_threads`).
+    pub outside_scans: u8,
     /// CPU use over the last second (100 = one core), from /proc.
     pub cpu_pct: f64,
     /// Since when it has used ≥ 80% of a core without a break (0: not now).
@@ -390,9 +393,26 @@ impl Model {
         }
     }
 
-    pub fn on_stack(&mut self, pid: u32, tid: u32, ip: u64, stack: &[u8], now_ns: u64) {
+    /// After a /proc scan of a sleeping thread: counts the scans in a row that found it
+    /// outside libcuda.
+    pub fn count_outside_scan(&mut self, pid: u32, tid: u32, inside: bool) {
+        if let Some(t) = self
+            .procs
+            .get_mut(&pid)
+            .and_then(|p| p.threads.get_mut(&tid))
+        {
+            t.outside_scans = if inside {
+                0
+            } else {
+                t.outside_scans.saturating_add(1)
+            };
+        }
+    }
+
+    /// Returns whether the stack was inside libcuda.
+    pub fn on_stack(&mut self, pid: u32, tid: u32, ip: u64, stack: &[u8], now_ns: u64) -> bool {
         let Some(p) = self.procs.get(&pid) else {
-            return;
+            return false;
         };
         let found = stackscan::entry_point(ip, stack, &p.code).map(|f| match f {
             Found::EntryPoint(id) => id,
@@ -407,19 +427,20 @@ impl Model {
             );
         }
         let frames = stackscan::code_words(stack, &p.code, 48);
+        let inside = found.is_some();
         let Some(t) = self.thread(pid, tid) else {
-            return;
+            return inside;
         };
         t.last_sample = Some((now_ns, ip, frames));
-        t.last_scan = Some((now_ns, found.is_some()));
+        t.last_scan = Some((now_ns, inside));
         if t.uprobe_call.is_some() {
-            return;
+            return inside;
         }
         // A call found by scan began before attach: impossible for a thread created since, or
         // one the probes have seen call since (its sample can arrive before its entry is read).
         if !existed_at_attach || t.traced {
             t.scanned_call = None;
-            return;
+            return inside;
         }
         match found {
             Some(api) => match &mut t.scanned_call {
@@ -437,6 +458,7 @@ impl Model {
             },
             None => t.scanned_call = None,
         }
+        inside
     }
 
     /// The in-call table as read from WP_IN_CALL; threads absent from it are in no call we saw
