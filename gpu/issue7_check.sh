@@ -13,7 +13,7 @@ python3 -c 'import torch; print("GPUs:", torch.cuda.device_count())'
 printf 'listen = "127.0.0.1:19464"\ndump_dir = "%s/dumps"\nkernel_floor = "3s"\n' "$OUT" > /tmp/wp7.toml
 "$WP" daemon --config /tmp/wp7.toml 2> "$OUT/daemon.log" & D=$!
 CUDA_INJECTION64_PATH=$SHIM PYTHONUNBUFFERED=1 timeout 120 \
-  torchrun --nproc-per-node 2 gpu/nccl_two_ranks.py 25 > "$OUT/job.log" 2>&1 &
+  torchrun --nproc-per-node 2 gpu/nccl_two_ranks.py ${REL:-25} > "$OUT/job.log" 2>&1 &
 for _ in $(seq 1 60); do [ "$(grep -c ready "$OUT/job.log")" = 2 ] && break; sleep 1; done
 sleep 8
 pids=$(grep -o 'pid [0-9]*' "$OUT/job.log" | awk '{printf "--pid %s ", $2}')
