@@ -52,7 +52,7 @@ pub struct Collector {
     /// found it inside libcuda: a thread still asleep at the same place has the same stack,
     /// so it is not read and scanned again (a serving process has dozens of threads parked in
     /// futex waits).
-    scanned_at: HashMap<(u32, u32), (u64, u64, bool)>,
+    scanned_at: HashMap<(u32, u32), ProcScan>,
     /// Newest journal records read per process per poll (`u64::MAX`: all; the daemon bounds
     /// it).
     pub max_records_per_poll: u64,
@@ -99,6 +99,16 @@ impl Lap {
         *into += now - self.0;
         self.0 = now;
     }
+}
+
+/// The last /proc scan of a sleeping thread.
+#[derive(Clone, Copy)]
+struct ProcScan {
+    sp: u64,
+    pc: u64,
+    inside: bool,
+    /// Scans in a row that found it outside libcuda.
+    outside_in_a_row: u8,
 }
 
 /// A target that went away since the last poll.
@@ -455,13 +465,17 @@ impl Collector {
             // other scans, and reading them was most of the daemon's CPU: two /proc reads per
             // thread every 250 ms, ~60 threads per PyTorch process (perf, 8 simulated
             // processes with 60 idle threads: 58% of its samples).
+            let scanned = &self.scanned_at;
             let mut idle: Vec<u32> = p
                 .threads_at_attach
                 .iter()
                 .copied()
                 .filter(|tid| {
                     p.threads.get(tid).is_none_or(|t| {
-                        let settled = t.scanned_call.is_none() && t.outside_scans >= 2;
+                        let settled = t.scanned_call.is_none()
+                            && scanned
+                                .get(&(pid, *tid))
+                                .is_some_and(|s| s.outside_in_a_row >= 2);
                         !t.traced && !settled && !t.call_is_exact()
                     })
                 })
@@ -481,19 +495,32 @@ impl Collector {
                 let Some((sp, pc)) = syscall_regs(pid, tid) else {
                     continue;
                 };
-                let inside = match self.scanned_at.get(&(pid, tid)) {
-                    Some(&(s, p, inside)) if (s, p) == (sp, pc) => {
+                let last = self.scanned_at.get(&(pid, tid)).copied();
+                let inside = match last {
+                    Some(l) if (l.sp, l.pc) == (sp, pc) => {
                         // Same place as last time: the same answer, as of now.
                         self.model.confirm_scan(pid, tid, now_ns);
-                        inside
+                        l.inside
                     }
                     _ => {
                         let stack = read_stack(pid, sp);
                         self.model.on_stack(pid, tid, pc, &stack, now_ns)
                     }
                 };
-                self.scanned_at.insert((pid, tid), (sp, pc, inside));
-                self.model.count_outside_scan(pid, tid, inside);
+                let outside_in_a_row = match (inside, last) {
+                    (true, _) => 0,
+                    (false, Some(l)) => l.outside_in_a_row.saturating_add(1),
+                    (false, None) => 1,
+                };
+                self.scanned_at.insert(
+                    (pid, tid),
+                    ProcScan {
+                        sp,
+                        pc,
+                        inside,
+                        outside_in_a_row,
+                    },
+                );
             }
         }
     }

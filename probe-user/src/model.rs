@@ -90,9 +90,6 @@ pub struct ThreadState {
     pub last_scan: Option<(u64, bool)>,
     /// The probes have seen this thread enter or leave a call since attach.
     pub traced: bool,
-    /// Consecutive /proc scans that found it asleep outside libcuda (see
-    /// `Collector::scan_sleeping_threads`).
-    pub outside_scans: u8,
     /// CPU use over the last second (100 = one core), from /proc.
     pub cpu_pct: f64,
     /// Since when it has used ≥ 80% of a core without a break (0: not now).
@@ -390,22 +387,6 @@ impl Model {
         }
         if let Some(c) = t.scanned_call.as_mut() {
             c.confirmed_ns = now_ns;
-        }
-    }
-
-    /// After a /proc scan of a sleeping thread: counts the scans in a row that found it
-    /// outside libcuda.
-    pub fn count_outside_scan(&mut self, pid: u32, tid: u32, inside: bool) {
-        if let Some(t) = self
-            .procs
-            .get_mut(&pid)
-            .and_then(|p| p.threads.get_mut(&tid))
-        {
-            t.outside_scans = if inside {
-                0
-            } else {
-                t.outside_scans.saturating_add(1)
-            };
         }
     }
 

@@ -211,40 +211,104 @@ pub fn apply_host_stalls(verdict: &mut Verdict, stalls: &[crate::host_stall::Hos
     };
 }
 
-/// `evaluate` for each process on its own (the daemon's per-process verdicts).
-pub fn evaluate_each(
+/// What a verdict is made from, read from the model once per evaluation.
+struct Seen {
+    threads: Vec<ThreadView>,
+    heads: Vec<crate::kernels::StreamHead>,
+    stalls: Vec<crate::host_stall::HostStall>,
+}
+
+impl Seen {
+    fn read(model: &crate::model::Model, now_ns: u64, blocked_after_ms: f64) -> Self {
+        Self {
+            threads: model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64),
+            heads: model.kernel_heads(),
+            stalls: crate::host_stall::find(model, now_ns),
+        }
+    }
+
+    /// The verdict over every target together.
+    fn judge_all(
+        &self,
+        model: &crate::model::Model,
+        blocked_after_ms: f64,
+        bounds: &crate::kernel_verdict::Bounds,
+    ) -> Evaluation {
+        let threads = self.threads.clone();
+        let any_alive = model.procs.values().any(|p| !p.exited);
+        let mut verdict = decide(&threads, blocked_after_ms, any_alive, model.journal_read());
+        let mut kernels = self.heads.clone();
+        apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
+        apply_host_stalls(&mut verdict, &self.stalls);
+        Evaluation {
+            threads,
+            kernels,
+            verdict,
+        }
+    }
+
+    /// The verdict of each process on its own.
+    fn judge_each(
+        &self,
+        model: &crate::model::Model,
+        blocked_after_ms: f64,
+        bounds: &crate::kernel_verdict::Bounds,
+    ) -> Vec<(u32, Evaluation)> {
+        model
+            .procs
+            .iter()
+            .map(|(&pid, p)| {
+                let threads: Vec<ThreadView> = self
+                    .threads
+                    .iter()
+                    .filter(|t| t.pid == pid)
+                    .cloned()
+                    .collect();
+                let mut kernels: Vec<_> = self
+                    .heads
+                    .iter()
+                    .filter(|h| h.pid == pid)
+                    .cloned()
+                    .collect();
+                let journal = model
+                    .journals
+                    .get(&pid)
+                    .is_some_and(|j| !j.status.starts_with("rejected"));
+                let mut verdict = decide(&threads, blocked_after_ms, !p.exited, journal);
+                apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
+                let mine: Vec<_> = self
+                    .stalls
+                    .iter()
+                    .filter(|s| s.pid == pid)
+                    .cloned()
+                    .collect();
+                apply_host_stalls(&mut verdict, &mine);
+                (
+                    pid,
+                    Evaluation {
+                        threads,
+                        kernels,
+                        verdict,
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+/// The daemon's evaluation: every target together (for the trace's verdict marks and jobs)
+/// and each process on its own, from one read of the model.
+pub fn evaluate_all_and_each(
     model: &crate::model::Model,
     now_ns: u64,
     blocked_after_ms: f64,
     bounds: &crate::kernel_verdict::Bounds,
-) -> Vec<(u32, Evaluation)> {
-    let all = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
-    let heads = model.kernel_heads();
-    let stalls = crate::host_stall::find(model, now_ns);
-    model
-        .procs
-        .iter()
-        .map(|(&pid, p)| {
-            let threads: Vec<ThreadView> = all.iter().filter(|t| t.pid == pid).cloned().collect();
-            let mut kernels: Vec<_> = heads.iter().filter(|h| h.pid == pid).cloned().collect();
-            let journal = model
-                .journals
-                .get(&pid)
-                .is_some_and(|j| !j.status.starts_with("rejected"));
-            let mut verdict = decide(&threads, blocked_after_ms, !p.exited, journal);
-            apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
-            let mine: Vec<_> = stalls.iter().filter(|s| s.pid == pid).cloned().collect();
-            apply_host_stalls(&mut verdict, &mine);
-            (
-                pid,
-                Evaluation {
-                    threads,
-                    kernels,
-                    verdict,
-                },
-            )
-        })
-        .collect()
+) -> (Evaluation, Vec<(u32, Evaluation)>) {
+    let seen = Seen::read(model, now_ns, blocked_after_ms);
+    (
+        seen.judge_all(model, blocked_after_ms, bounds),
+        seen.judge_each(model, blocked_after_ms, bounds),
+    )
 }
 
 pub fn evaluate(
@@ -253,17 +317,7 @@ pub fn evaluate(
     blocked_after_ms: f64,
     bounds: &crate::kernel_verdict::Bounds,
 ) -> Evaluation {
-    let threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
-    let any_alive = model.procs.values().any(|p| !p.exited);
-    let mut verdict = decide(&threads, blocked_after_ms, any_alive, model.journal_read());
-    let mut kernels = model.kernel_heads();
-    apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
-    apply_host_stalls(&mut verdict, &crate::host_stall::find(model, now_ns));
-    Evaluation {
-        threads,
-        kernels,
-        verdict,
-    }
+    Seen::read(model, now_ns, blocked_after_ms).judge_all(model, blocked_after_ms, bounds)
 }
 
 /// With a shim journal, judges each stream's oldest unfinished kernel (`kernel_verdict`) and

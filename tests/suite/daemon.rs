@@ -14,7 +14,7 @@ use std::{
 
 use serde_json::Value;
 
-use super::{Worker, require_root, secs, shim_path, wedgeprobe_bin};
+use super::{Worker, launch_probes, require_root, secs, shim_path, wedgeprobe_bin};
 
 struct Daemon {
     child: Child,
@@ -129,13 +129,7 @@ fn the_daemon_picks_up_a_process_started_after_it_and_forgets_it_when_it_exits()
     let w = Worker::spawn(&["healthy", "3"], &[("CUDA_INJECTION64_PATH", &shim)]);
     let pid = w.pid();
     let attached = d.wait_for(secs(10.0), |e| e["event"] == "attached" && e["pid"] == pid);
-    assert!(
-        attached["launch_probes"]
-            .as_str()
-            .unwrap()
-            .starts_with("off"),
-        "{attached}"
-    );
+    assert!(launch_probes(&attached).starts_with("off"), "{attached}");
     d.wait_metrics(secs(10.0), |m| {
         m.contains(&format!(
             "wedgeprobe_target_info{{pid=\"{pid}\",comm=\"launcher\",mode=\"journal+ebpf\"}} 1"

@@ -117,6 +117,11 @@ pub fn wedgeprobe(args: &[&str]) -> Output {
         .expect("failed to run wedgeprobe")
 }
 
+/// How launches are traced, from an `attached` or `shim_stopped` event ("" when absent).
+pub fn launch_probes(event: &serde_json::Value) -> &str {
+    event["launch_probes"].as_str().unwrap_or("")
+}
+
 /// `wedgeprobe report --json` parsed, with its exit status checked.
 pub fn report_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["report", "--json"];

@@ -4,7 +4,8 @@
 use std::thread::sleep;
 
 use super::{
-    Worker, report_json, require_root, secs, shim_path, thread, wedgeprobe, wedgeprobe_bin,
+    Worker, launch_probes, report_json, require_root, secs, shim_path, thread, wedgeprobe,
+    wedgeprobe_bin,
 };
 
 #[test]
@@ -295,12 +296,7 @@ fn after_a_release_watch_traces_launches_itself() {
         .iter()
         .find(|l| l["event"] == "shim_stopped")
         .unwrap_or_else(|| panic!("no shim_stopped line: {lines:?}"));
-    assert!(
-        stopped["launch_probes"]
-            .as_str()
-            .is_some_and(|s| s.starts_with("entry")),
-        "{stopped}"
-    );
+    assert!(launch_probes(stopped).starts_with("entry"), "{stopped}");
     let b = lines
         .iter()
         .find(|l| l["event"] == "blocked" && l["thread"]["api"] == "cuLaunchKernel")
@@ -360,13 +356,7 @@ fn watch_leaves_launches_to_the_journal_and_still_sees_a_launch_blocked_after_at
         .iter()
         .find(|l| l["event"] == "attached")
         .expect("attached line");
-    assert!(
-        attached["launch_probes"]
-            .as_str()
-            .unwrap()
-            .starts_with("off"),
-        "{attached}"
-    );
+    assert!(launch_probes(&attached).starts_with("off"), "{attached}");
     let blocked_launch = lines
         .iter()
         .find(|l| l["event"] == "blocked" && l["thread"]["api"] == "cuLaunchKernel");

@@ -224,9 +224,8 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
         let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
         let bounds = cfg.bounds();
         let t1 = std::time::Instant::now();
-        let each = verdict::evaluate_each(&collector.model, now, bound_ms, &bounds);
-        // One tick of trace events (all processes) for the flight recorder.
-        let all = verdict::evaluate(&collector.model, now, bound_ms, &bounds);
+        // Each process's verdict, and all of them together for the flight recorder's trace.
+        let (all, each) = verdict::evaluate_all_and_each(&collector.model, now, bound_ms, &bounds);
         let first = each.first().map_or(0, |e| e.0);
         let pid = crate::trace::verdict_pid(&all.threads, &all.kernels, first);
         let events = ticks.tick(
