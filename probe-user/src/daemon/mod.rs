@@ -526,6 +526,42 @@ mod tests {
     }
 
     #[test]
+    fn rotation_removes_the_oldest_dumps_down_to_the_cap_but_never_the_new_ones() {
+        let dir = std::env::temp_dir().join(format!("wp-rotation-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let names = [
+            "a.trace.json.gz",
+            "a.report.json",
+            "b.trace.json.gz",
+            "b.report.json",
+            "c.trace.json.gz",
+            "c.report.json",
+        ];
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+        for (i, n) in names.iter().enumerate() {
+            let f = std::fs::File::create(dir.join(n)).unwrap();
+            f.set_len(1000).unwrap();
+            f.set_modified(t0 + std::time::Duration::from_secs(i as u64 * 10))
+                .unwrap();
+        }
+        std::fs::write(dir.join("notes.txt"), [0u8; 5000]).unwrap(); // not a dump: kept
+        // The newest pair was just written; 2,500 bytes allowed: a and b go, c stays.
+        let (ct, cr) = (dir.join("c.trace.json.gz"), dir.join("c.report.json"));
+        let removed = enforce_cap(&dir, 2500, &[&ct, &cr]);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(removed, 4);
+        assert_eq!(left, ["c.report.json", "c.trace.json.gz", "notes.txt"]);
+        // A cap below the newest dump itself: it is still kept.
+        assert_eq!(enforce_cap(&dir, 1, &[&ct, &cr]), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn between_scans_a_stream_whose_head_retired_keeps_its_last_scan_series() {
         let last = [stream("0x1", 0.001, 40), stream("0x2", 3.0, 1022)];
         // Now only the stuck stream is headed (aged since the scan); 0x1's head retired.
