@@ -1,6 +1,8 @@
 //! The real backend: CUPTI launch callbacks (driver domain only — runtime launches fire the
-//! driver callback too, so nothing is counted twice) and CONCURRENT_KERNEL activity records
-//! for completions, timestamped on CLOCK_MONOTONIC through CUPTI's timestamp callback.
+//! driver callback too, so nothing is counted twice). Completions come from stream marks
+//! (`crate::marks`, the default) or, in the exact mode or when marks cannot work, from
+//! CONCURRENT_KERNEL activity records timestamped on CLOCK_MONOTONIC through CUPTI's timestamp
+//! callback.
 //!
 //! CUDA graphs: resource callbacks (node created / cloned, executable graph created) fill the
 //! journal's graph table, so a stuck graph launch breaks down into its kernel nodes.
@@ -33,7 +35,7 @@ use std::{
 use cupti_sys::*;
 use probe_common::{
     api,
-    journal::{ALL_STREAMS, STATE_RELEASED, drops},
+    journal::{ALL_STREAMS, RECORD_MARKS, STATE_RELEASED, drops},
 };
 
 use crate::{
@@ -47,11 +49,14 @@ static SUBSCRIBER: AtomicUsize = AtomicUsize::new(0);
 /// Set once the shim has given CUPTI back: callbacks and the flush thread do nothing after.
 static RELEASED: AtomicBool = AtomicBool::new(false);
 
-/// Resource callbacks that describe CUDA graphs.
-const RESOURCE_CBIDS: [u32; 3] = [
+/// Resource callbacks that describe CUDA graphs, and the destruction of streams and contexts
+/// (idle marks must never touch them again). All rare: graph construction, teardown.
+const RESOURCE_CBIDS: [u32; 5] = [
     CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
     CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
     CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED,
+    CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING,
+    CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
 ];
 
 /// Driver callback ids traced, with their `probe_common::api` ids.
@@ -149,14 +154,9 @@ pub fn attach() -> Result<(), String> {
             "cuptiActivityRegisterCallbacks",
             (c.cuptiActivityRegisterCallbacks)(Some(buffer_requested), Some(buffer_completed)),
         )?;
-        // Measurement switch (BENCHMARKS.md): launch callbacks without per-kernel records,
-        // to price CONCURRENT_KERNEL. Kernels then leave the journal only by a synchronize,
-        // so verdicts would be wrong: not for production.
-        if std::env::var("WEDGEPROBE_SHIM_ACTIVITY").is_ok_and(|v| v == "off") {
-            crate::log_line(
-                b"WEDGEPROBE_SHIM_ACTIVITY=off: no completions recorded (benchmarking only)",
-            );
-        } else {
+        // Per-kernel records only in the exact mode: with marks they would cost ~0.9 µs of
+        // CPU per launch for nothing (BENCHMARKS.md).
+        if recorder::get().is_none_or(|r| r.record_mode() != RECORD_MARKS) {
             check(
                 "cuptiActivityEnable",
                 (c.cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
@@ -176,6 +176,19 @@ pub fn attach() -> Result<(), String> {
                     release();
                 }
                 if RELEASED.load(Ordering::Acquire) {
+                    rec.heartbeat();
+                    continue;
+                }
+                if rec.take_fallback() {
+                    // SAFETY: a documented CUPTI call, off any callback.
+                    let r =
+                        unsafe { (c.cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) };
+                    if r != CUPTI_SUCCESS {
+                        crate::log_line(b"cannot enable per-kernel records either");
+                    }
+                }
+                if rec.record_mode() == RECORD_MARKS {
+                    // Nothing to flush: marks are written by the GPU and published here.
                     rec.heartbeat();
                     continue;
                 }
@@ -283,10 +296,10 @@ unsafe extern "C" fn on_api(
             return;
         };
         if d.callbackSite == CUPTI_API_EXIT {
-            rec.api_exit();
             // SAFETY: for the driver domain the return value is a CUresult.
             let ok =
                 unsafe { d.functionReturnValue.cast::<u32>().as_ref() }.is_some_and(|r| *r == 0);
+            rec.api_exit(ok);
             if ok {
                 // SAFETY: the params struct matches the cbid.
                 if let Some(stream) = unsafe { synced_stream(cbid, d.functionParams) } {
@@ -325,14 +338,21 @@ unsafe extern "C" fn on_api(
                 }
             }
         }
-        rec.launch_keyed(
+        // The per-thread default stream as a handle valid anywhere (marks are written to it).
+        let stream = if stream.is_null() && per_thread != 0 {
+            crate::marks::STREAM_PER_THREAD
+        } else {
+            stream as u64
+        };
+        let mark = rec.launch_keyed(
             name,
             d.symbolName as usize,
             Launch {
                 correlation,
                 launch_ns: now,
-                stream: stream as u64,
+                stream,
                 stream_id,
+                device: device_of(d.context),
                 api,
                 grid,
                 block,
@@ -341,7 +361,31 @@ unsafe extern "C" fn on_api(
                 ..Launch::default()
             },
         );
+        rec.launch_context(mark, stream, d.context as u64);
     });
+}
+
+thread_local! {
+    /// (context, its device) of this thread's last launch: cuCtxGetDevice once per context.
+    static DEVICE: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The device of the launch's context (the current one during its callback).
+fn device_of(ctx: CUcontext) -> u32 {
+    DEVICE.with(|c| {
+        let (cached_ctx, dev) = c.get();
+        if cached_ctx == ctx as usize && cached_ctx != 0 {
+            return dev;
+        }
+        let mut d = 0i32;
+        let ok = crate::driver::driver()
+            .ctx_get_device
+            // SAFETY: an out-pointer; the callback's context is current.
+            .is_some_and(|f| unsafe { f(&mut d) } == 0);
+        let dev = if ok { d.max(0) as u32 } else { 0 };
+        c.set((ctx as usize, dev));
+        dev
+    })
 }
 
 /// Graph construction and instantiation: fills the journal's graph table.
@@ -349,6 +393,21 @@ unsafe fn on_resource(cbid: u32, data: *const CUpti_ResourceData) {
     let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
         return;
     };
+    if cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING
+        || cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING
+    {
+        // SAFETY: valid during the callback; for these ids `resourceHandle` is the stream.
+        if let (Some(d), Some(m)) = (unsafe { data.as_ref() }, crate::marks::get()) {
+            let stream = if cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING {
+                // SAFETY: the union's stream member, as documented for this callback id.
+                unsafe { d.resourceHandle.stream as u64 }
+            } else {
+                0
+            };
+            m.forget(d.context as u64, stream);
+        }
+        return;
+    }
     // SAFETY: valid during the callback; for graph callbacks the descriptor is a
     // CUpti_GraphData.
     let Some(g) = (unsafe { data.as_ref() })

@@ -1,8 +1,9 @@
 //! The few driver calls the shim makes itself, resolved from the libcuda already loaded in the
 //! process (never loading one): the kernel of a graph kernel node that was added explicitly
 //! (`cuGraphAddKernelNode`) rather than captured from a launch, whose name no launch callback
-//! carried. Called from CUPTI's node-created resource callback — graph construction, not the
-//! launch path.
+//! carried (called from CUPTI's node-created resource callback — graph construction, not the
+//! launch path); and the stream progress marks (`crate::marks`): pinned memory the GPU can
+//! write, and the stream-ordered write itself.
 
 use std::{
     ffi::{CStr, c_char, c_void},
@@ -14,16 +15,32 @@ use cupti_sys::{CUDA_KERNEL_NODE_PARAMS_v2_st, CUfunction, CUgraphNode, CUkernel
 type GetParams = unsafe extern "C" fn(CUgraphNode, *mut CUDA_KERNEL_NODE_PARAMS_v2_st) -> u32;
 type FuncName = unsafe extern "C" fn(*mut *const c_char, CUfunction) -> u32;
 type KernelName = unsafe extern "C" fn(*mut *const c_char, CUkernel) -> u32;
+pub type HostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> u32;
+pub type HostDevicePointer = unsafe extern "C" fn(*mut u64, *mut c_void, u32) -> u32;
+/// `cuStreamWriteValue64_v2(stream, addr, value, flags)`.
+pub type WriteValue64 = unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32;
+/// `cuStreamIsCapturing(stream, &status)`: a mark must never be captured into a graph.
+pub type IsCapturing = unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
+/// `cuCtxGetDevice(&device)` for the current context.
+pub type CtxGetDevice = unsafe extern "C" fn(*mut i32) -> u32;
+/// `cuCtxSetCurrent(ctx)`: the flush thread's idle marks run in the stream's context.
+pub type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> u32;
 
-struct Driver {
+pub struct Driver {
     get_params: Option<GetParams>,
     func_name: Option<FuncName>,
     kernel_name: Option<KernelName>,
+    pub host_alloc: Option<HostAlloc>,
+    pub host_device_pointer: Option<HostDevicePointer>,
+    pub write_value64: Option<WriteValue64>,
+    pub is_capturing: Option<IsCapturing>,
+    pub ctx_get_device: Option<CtxGetDevice>,
+    pub ctx_set_current: Option<CtxSetCurrent>,
 }
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
 
-fn driver() -> &'static Driver {
+pub fn driver() -> &'static Driver {
     DRIVER.get_or_init(|| {
         // SAFETY: RTLD_NOLOAD only finds a libcuda the process has loaded already.
         let h = unsafe {
@@ -51,6 +68,30 @@ fn driver() -> &'static Driver {
                 )),
                 kernel_name: std::mem::transmute::<*mut c_void, Option<KernelName>>(sym(
                     c"cuKernelGetName",
+                )),
+                host_alloc: std::mem::transmute::<*mut c_void, Option<HostAlloc>>(sym(
+                    c"cuMemHostAlloc",
+                )),
+                host_device_pointer: std::mem::transmute::<*mut c_void, Option<HostDevicePointer>>(
+                    sym(c"cuMemHostGetDevicePointer_v2"),
+                ),
+                // The _v2 entry point works without the legacy stream-memop attribute.
+                write_value64: std::mem::transmute::<*mut c_void, Option<WriteValue64>>({
+                    let p = sym(c"cuStreamWriteValue64_v2");
+                    if p.is_null() {
+                        sym(c"cuStreamWriteValue64")
+                    } else {
+                        p
+                    }
+                }),
+                is_capturing: std::mem::transmute::<*mut c_void, Option<IsCapturing>>(sym(
+                    c"cuStreamIsCapturing",
+                )),
+                ctx_get_device: std::mem::transmute::<*mut c_void, Option<CtxGetDevice>>(sym(
+                    c"cuCtxGetDevice",
+                )),
+                ctx_set_current: std::mem::transmute::<*mut c_void, Option<CtxSetCurrent>>(sym(
+                    c"cuCtxSetCurrent",
                 )),
             }
         }

@@ -13,12 +13,13 @@ use core::{
 };
 
 use probe_common::journal::{
-    ALL_STREAMS, CONTROL_RELEASE, Header, InflightSlot, Layout, NAME_BYTES, NameSlot,
-    RECORD_CAPTURED, RECORD_KERNEL_DONE, RECORD_LAUNCH, RECORD_NODE_DONE, RECORD_SYNCED,
-    RingRecord, ThreadSlot, drops, name_hash,
+    ALL_STREAMS, CONTROL_RELEASE, FLAG_MARKED, Header, InflightSlot, Layout, NAME_BYTES,
+    NameSlot, RECORD_CAPTURED, RECORD_KERNEL_DONE, RECORD_LAUNCH, RECORD_NODE_DONE,
+    RECORD_SYNCED, RingRecord, ThreadSlot, drops, name_hash,
 };
 
 mod graphs;
+mod marks;
 
 /// Cluster dimensions as the ring keeps them (at most 16 blocks per cluster dimension on
 /// current GPUs; larger values saturate).
@@ -53,6 +54,11 @@ pub struct Writer {
     /// Launches whose completion record CUPTI handed back unfinished (a forced flush): it will
     /// never come again, so their slots are freed by the next synchronize that covers them.
     orphans: AtomicU64,
+    /// The GPU-written progress words of the streams' marks (`marks_cap` of them, process
+    /// memory pinned for the device; null until the first mark). A launch reuses an in-flight
+    /// slot whose launch a passed mark has retired: without per-kernel completions nothing
+    /// else frees slots, and a launch-bound loop makes ~100k launches a second.
+    marks_done: core::sync::atomic::AtomicPtr<AtomicU64>,
 }
 
 // SAFETY: every access through `base` is atomic; the memory outlives the writer (contract of
@@ -78,6 +84,7 @@ impl Writer {
             base: mem,
             layout,
             orphans: AtomicU64::new(0),
+            marks_done: core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()),
         };
         let header = layout.header(pid, mono_ns, real_ns);
         let words = size_of::<Header>() / 8;
@@ -126,6 +133,20 @@ impl Writer {
 
     pub fn state(&self) -> u32 {
         self.half(offset_of!(Header, state) as u64).load(Acquire)
+    }
+
+    /// `RECORD_*`: how completions are learned (the header says it to the reader).
+    pub fn record_mode(&self) -> u32 {
+        self.half(offset_of!(Header, record_mode) as u64)
+            .load(Relaxed)
+    }
+
+    pub fn set_record_mode(&self, mode: u32, every: u32, us: u32) {
+        self.half(offset_of!(Header, mark_every) as u64)
+            .store(every, Relaxed);
+        self.half(offset_of!(Header, mark_us) as u64).store(us, Relaxed);
+        self.half(offset_of!(Header, record_mode) as u64)
+            .store(mode, Release);
     }
 
     /// Whether wedgeprobe has asked the shim to release CUPTI (`Header::control`).
@@ -211,13 +232,14 @@ impl Writer {
         for k in 0..cap.min(MAX_PROBE) {
             let off = self.inflight_off((home + k) % cap);
             let corr = self.word(off + offset_of!(InflightSlot, correlation) as u64);
-            if corr.load(Relaxed) != 0 {
+            let held = corr.load(Relaxed);
+            if held != 0 && !self.retired_by_mark(off, held) {
                 continue;
             }
             let Some(seq) = self.lock_inflight(off) else {
                 continue;
             };
-            if corr.load(Relaxed) != 0 {
+            if corr.load(Relaxed) != held {
                 self.half(off + offset_of!(InflightSlot, seq) as u64)
                     .store(seq + 2, Release);
                 continue; // taken by another writer between the check and the lock
@@ -263,6 +285,45 @@ impl Writer {
         }
         h(offset_of!(InflightSlot, graph_id), l.graph_id);
         h(offset_of!(InflightSlot, nodes_pending), l.nodes_pending);
+        h(offset_of!(InflightSlot, mark), l.mark);
+        h(offset_of!(InflightSlot, flags), l.flags);
+    }
+
+    /// Whether the launch `correlation` held in the slot at `off` is done by its stream's
+    /// mark. One load of the mark's progress word, which the GPU writes a few times per
+    /// thousand launches: usually a cache hit.
+    fn retired_by_mark(&self, off: u64, correlation: u64) -> bool {
+        let mark = self.half(off + offset_of!(InflightSlot, mark) as u64).load(Relaxed);
+        mark != 0 && self.mark_done(mark - 1) >= correlation
+    }
+
+    /// Finds the in-flight slot of `correlation` (None if it left the table).
+    fn find_inflight(&self, correlation: u64) -> Option<u64> {
+        if correlation == 0 {
+            return None;
+        }
+        let cap = self.layout.inflight_cap;
+        let home = self.home(correlation, cap);
+        (0..cap.min(MAX_PROBE))
+            .map(|k| self.inflight_off((home + k) % cap))
+            .find(|&off| {
+                self.word(off + offset_of!(InflightSlot, correlation) as u64)
+                    .load(Acquire)
+                    == correlation
+            })
+    }
+
+    /// A mark was enqueued right after launch `correlation` (`FLAG_MARKED`).
+    pub fn set_marked(&self, correlation: u64) {
+        if let Some(off) = self.find_inflight(correlation) {
+            self.half(off + offset_of!(InflightSlot, flags) as u64)
+                .fetch_or(FLAG_MARKED, Release);
+        }
+    }
+
+    /// A launch the driver refused: it will never run, so it leaves the in-flight table.
+    pub fn launch_failed(&self, correlation: u64) {
+        let _ = self.take_inflight(correlation, false);
     }
 
     /// Records a completion: frees the launch's in-flight slot and appends a ring record. A

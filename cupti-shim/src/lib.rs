@@ -7,12 +7,20 @@
 //! one line on stderr (`wedgeprobe shim: …; shim off`) and the process runs on untouched.
 //! Thread safety: callbacks come from any thread; the journal writer is lock-free.
 //!
-//! Backends: CUPTI (launch callbacks + CONCURRENT_KERNEL activity), or the simulated driver
-//! (tests/simcuda) when the process runs on it. `WEDGEPROBE_SHIM=off` disables the shim.
+//! Backends: CUPTI (launch callbacks; completions from stream marks, or CONCURRENT_KERNEL
+//! activity records in the exact mode), or the simulated driver (tests/simcuda) when the
+//! process runs on it. `WEDGEPROBE_SHIM=off` disables the shim.
+//!
+//! How completions are recorded, `WEDGEPROBE_SHIM_RECORD`: `marks` (default; `crate::marks`:
+//! a stream-ordered progress write every `WEDGEPROBE_SHIM_MARK_EVERY` launches (8) or
+//! `WEDGEPROBE_SHIM_MARK_US` µs (100), stuck kernels named exactly or narrowed to the
+//! launches between two marks) or `exact` (a CUPTI record per kernel: always the exact kernel
+//! and graph node, at the price in BENCHMARKS.md).
 
 pub mod cupti_backend;
 mod driver;
 pub mod journal;
+pub mod marks;
 pub mod recorder;
 pub mod shm;
 pub mod sim_backend;
@@ -48,6 +56,28 @@ fn init() -> Result<(), String> {
             shm::path_for(std::process::id())
         )
     })?;
+    match std::env::var("WEDGEPROBE_SHIM_RECORD").as_deref() {
+        Ok("exact") => {}
+        Ok("marks") | Err(_) => {
+            let num = |var: &str, default: u32, max: u32| {
+                std::env::var(var)
+                    .ok()
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .filter(|&v| v >= 1 && v <= max)
+                    .unwrap_or(default)
+            };
+            rec.use_marks(
+                num("WEDGEPROBE_SHIM_MARK_EVERY", marks::DEFAULT_EVERY, 1 << 20),
+                num("WEDGEPROBE_SHIM_MARK_US", marks::DEFAULT_US, 60_000_000),
+            );
+        }
+        Ok(other) => {
+            rec.turn_off();
+            return Err(format!(
+                "WEDGEPROBE_SHIM_RECORD={other} is not `marks` or `exact`"
+            ));
+        }
+    }
     if !sim_backend::attach() {
         return cupti_backend::attach().inspect_err(|_| rec.turn_off());
     }
@@ -59,6 +89,7 @@ fn init() -> Result<(), String> {
                     if rec.writer().release_requested() {
                         sim_backend::release();
                     }
+                    rec.take_fallback();
                     rec.heartbeat();
                 }
                 std::thread::sleep(std::time::Duration::from_millis(100));

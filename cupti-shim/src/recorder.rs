@@ -6,17 +6,27 @@
 //! Hot path rules: no allocation (the thread's slot index is cached in a const-initialised
 //! thread-local), no locks, no panics (callers at the FFI boundary also catch unwinds).
 
-use std::{cell::Cell, sync::OnceLock};
+use std::{
+    cell::Cell,
+    sync::{
+        OnceLock,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
-use probe_common::journal::{Layout, STATE_OFF};
+use probe_common::journal::{Layout, RECORD_MARKS, RECORD_PER_KERNEL, STATE_OFF};
 
 use crate::{
     journal::{Completion, Launch, Writer},
+    marks::{self, Pending},
     shm::SharedFile,
 };
 
 pub struct Recorder {
     writer: Writer,
+    /// Marks could not work here (no pinned memory, no stream-ordered write): the backend is
+    /// to switch per-kernel completion records on (its flush thread polls this).
+    fallback_wanted: AtomicBool,
     // Keeps the mapping alive for `writer`; dropped never (the process owns it until exit).
     _file: SharedFile,
 }
@@ -31,6 +41,9 @@ thread_local! {
     /// The launch this thread is inside now: (correlation, name id); (0, 0) outside. A graph
     /// node created during a launch call is that launch being captured into a graph.
     static IN_LAUNCH: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+    /// The launch this thread is inside, if its stream is marked: (correlation, graph launch,
+    /// what `Marks::before_launch` decided), for the API exit.
+    static PENDING: Cell<Option<(u64, bool, Pending)>> = const { Cell::new(None) };
     /// Names this thread launched, by the address of the name the callback passed: the
     /// driver hands the same pointer for the same function, and interning hashes the whole
     /// name (PyTorch's templated kernels' mangled names run to 200–300 bytes; FNV-1a over
@@ -89,6 +102,7 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
     let writer = unsafe { Writer::create(file.base(), layout, pid, mono, real) };
     let rec = RECORDER.get_or_init(|| Recorder {
         writer,
+        fallback_wanted: AtomicBool::new(false),
         _file: file,
     });
     // The recorder is never dropped (callbacks may run until the very end), so the file is
@@ -134,28 +148,91 @@ impl Recorder {
         }
     }
 
-    pub fn api_exit(&self) {
+    /// The calling thread leaves its API call; `ok`: it returned CUDA_SUCCESS. A launch on a
+    /// marked stream gets its mark here — before the thread's slot says "out of the call", so
+    /// a mark that waits for room in a full queue shows as the launch still blocked.
+    pub fn api_exit(&self, ok: bool) {
+        if let Some((correlation, graph, pending)) = PENDING.with(Cell::take)
+            && let Some(m) = marks::get()
+        {
+            if graph {
+                m.after_graph_launch(&self.writer, pending, correlation, ok);
+            } else {
+                m.after_launch(&self.writer, pending, correlation, ok);
+            }
+        }
         IN_LAUNCH.with(|l| l.set((0, 0)));
         if let Some(slot) = self.slot() {
             self.writer.exit(slot);
         }
     }
 
+    /// How completions are learned now: `RECORD_MARKS` or `RECORD_PER_KERNEL`.
+    pub fn record_mode(&self) -> u32 {
+        self.writer.record_mode()
+    }
+
+    /// Records completions with stream marks from now on (at initialisation).
+    pub fn use_marks(&self, every: u32, us: u32) {
+        marks::init(self.writer.marks_cap(), every, us);
+        self.writer.set_record_mode(RECORD_MARKS, every, us);
+    }
+
+    /// Whether marks failed and the backend should switch per-kernel records on (once).
+    pub fn take_fallback(&self) -> bool {
+        self.fallback_wanted.swap(false, Ordering::AcqRel)
+    }
+
     /// A kernel launch; `name` is the mangled kernel name as the callback gives it. A graph
     /// launch (`launch.graph_id` = its executable graph) waits for that graph's kernel nodes.
     pub fn launch(&self, name: &[u8], launch: Launch) {
-        self.launch_keyed(name, 0, launch);
+        let _ = self.launch_keyed(name, 0, launch);
     }
 
-    /// `launch` with `key` = the address the name came from (0: no caching).
-    pub fn launch_keyed(&self, name: &[u8], key: usize, mut launch: Launch) {
+    /// `launch` with `key` = the address the name came from (0: no caching). `launch.stream`
+    /// must be a handle valid for the launching thread (the per-thread default stream as
+    /// `marks::STREAM_PER_THREAD`): marks are written to it.
+    /// Returns the stream's mark slot + 1 (0: none).
+    pub fn launch_keyed(&self, name: &[u8], key: usize, mut launch: Launch) -> u32 {
         launch.name_id = self.name_id(name, key);
         launch.tid = gettid();
-        if launch.graph_id != 0 {
+        let graph = launch.graph_id != 0;
+        if graph {
             launch.nodes_pending = self.writer.graph_exec_kernels(launch.graph_id);
         }
+        let pending = self.mark_decision(&mut launch);
         IN_LAUNCH.with(|l| l.set((launch.correlation, launch.name_id)));
         self.writer.launch(&launch);
+        PENDING.with(|p| p.set(pending.map(|d| (launch.correlation, graph, d))));
+        launch.mark
+    }
+
+    /// In marks mode: the stream's mark slot (into `launch.mark`), a mark before the launch
+    /// after an idle gap, and whether to mark after it.
+    fn mark_decision(&self, launch: &mut Launch) -> Option<Pending> {
+        if self.writer.record_mode() != RECORD_MARKS {
+            return None;
+        }
+        let m = marks::get()?;
+        match m.ensure_words(&self.writer) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(why) => {
+                if self.writer.record_mode() == RECORD_MARKS {
+                    self.writer.set_record_mode(RECORD_PER_KERNEL, 0, 0);
+                    self.fallback_wanted.store(true, Ordering::Release);
+                    let mut line = why.as_bytes().to_vec();
+                    line.extend_from_slice(b"; recording per-kernel completions instead");
+                    crate::log_line(&line);
+                }
+                return None;
+            }
+        }
+        let slot = self
+            .writer
+            .mark_slot(launch.stream_id.wrapping_add(1).max(1), launch.device, launch.stream)?;
+        launch.mark = slot + 1;
+        Some(m.before_launch(&self.writer, slot, launch.stream, launch.launch_ns))
     }
 
     fn name_id(&self, name: &[u8], key: usize) -> u32 {
@@ -210,8 +287,27 @@ impl Recorder {
         self.writer.complete(completion);
     }
 
+    /// Flush thread, every 100 ms: idle streams' last launches marked, marks published, a
+    /// sign of life.
     pub fn heartbeat(&self) {
-        self.writer.heartbeat(monotonic_ns());
+        let now = monotonic_ns();
+        if self.writer.record_mode() == RECORD_MARKS
+            && let Some(m) = marks::get()
+        {
+            m.idle_marks(&self.writer, now);
+        }
+        self.writer.publish_marks(now);
+        self.writer.heartbeat(now);
+    }
+
+    /// The context of a launch's stream (idle marks need it); `launch.mark` set by
+    /// `launch_keyed`.
+    pub fn launch_context(&self, launch_mark: u32, stream: u64, ctx: u64) {
+        if launch_mark != 0
+            && let Some(m) = marks::get()
+        {
+            m.set_context(launch_mark - 1, stream, ctx);
+        }
     }
 
     pub fn turn_off(&self) {

@@ -10,7 +10,7 @@ use std::{
     sync::atomic::{AtomicBool, Ordering},
 };
 
-use probe_common::journal::STATE_RELEASED;
+use probe_common::journal::{RECORD_MARKS, STATE_RELEASED};
 
 use crate::{
     guarded,
@@ -103,7 +103,7 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
                 std::slice::from_raw_parts(l.name.cast::<u8>(), n)
             }
         };
-        rec.launch_keyed(
+        let mark = rec.launch_keyed(
             name,
             l.name as usize,
             Launch {
@@ -119,20 +119,26 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
                 ..Launch::default()
             },
         );
+        // The simulated driver has one context, current everywhere.
+        rec.launch_context(mark, l.stream, 1);
     });
 }
 
 extern "C" fn api_exit(_api: u32, _correlation: u64) {
     guarded(|| {
         if let Some(rec) = recording() {
-            rec.api_exit();
+            rec.api_exit(true);
         }
     });
 }
 
+/// What CUPTI's CONCURRENT_KERNEL records would deliver: used in the exact mode only (with
+/// marks the real backend does not enable them).
 extern "C" fn kernel_done(correlation: u64, start_ns: u64, end_ns: u64, stream_id: u32) {
     guarded(|| {
-        if let Some(rec) = recording() {
+        if let Some(rec) = recording()
+            && rec.record_mode() != RECORD_MARKS
+        {
             rec.complete(&Completion {
                 correlation,
                 start_ns,

@@ -9,6 +9,7 @@
 //! ```text
 //! [Header 256 B][ThreadSlot × threads_cap][InflightSlot × inflight_cap]
 //! [RingRecord × ring_cap][NameSlot × names_cap][GraphSlot × graphs_cap]
+//! [MarkSlot × marks_cap]
 //! ```
 //! Concurrency: each section has its own protocol, all with atomics on naturally aligned
 //! fields, so a reader never blocks a writer:
@@ -21,6 +22,8 @@
 //!   2·index+2 when complete: a reader checks it before and after copying.
 //! - `NameSlot`: claimed by CAS on `hash` (0 = empty); `len` is stored last (0 = not ready).
 //! - `GraphSlot`: claimed by CAS on `key` (0 = empty); `kind` is stored last (0 = not ready).
+//! - `MarkSlot`: one per stream, claimed by CAS on `key` (0 = empty); `done`/`done_at_ns` are
+//!   stored by the shim's flush thread from the stream's GPU-written progress word.
 //! - `Header::control`: the one word the *reader* writes (a request to the shim, see
 //!   `CONTROL_RELEASE`); the shim polls it from its flush thread.
 
@@ -30,10 +33,26 @@ pub const FILE_PREFIX: &str = "/dev/shm/wedgeprobe-";
 pub const FILE_SUFFIX: &str = ".journal";
 
 /// `b"WPJRNL"` then the format's major version.
-pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x02";
+pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x03";
 /// 2: CUDA graph table, `InflightSlot::nodes_pending`, `Header::control`, ring records with
 /// the launch's shape and graph node (104 B).
-pub const VERSION: u32 = 2;
+/// 3: stream progress marks (`MarkSlot`, `Header::record_mode`), `InflightSlot::mark` and
+/// `flags` (104 B slots).
+pub const VERSION: u32 = 3;
+/// Versions this reader knows to be older, to tell "upgrade the shim" from "corrupt".
+pub const OLDER_VERSIONS: [u32; 2] = [1, 2];
+
+/// `Header::record_mode`: how the shim learns that kernels completed.
+/// Per-kernel completion records (CUPTI CONCURRENT_KERNEL): every kernel's end is known, so
+/// a stuck kernel is always named exactly. Costs ~0.9 µs of CPU per eager launch and ~0.5 µs
+/// of GPU time per graph kernel node (BENCHMARKS.md).
+pub const RECORD_PER_KERNEL: u32 = 1;
+/// Stream progress marks: after every few launches (and around idle gaps) the shim enqueues a
+/// stream-ordered write of the last launch's correlation id into host memory; everything up to
+/// a mark that the GPU passed has completed. A stuck kernel is named exactly when it is the
+/// only unfinished launch before the next mark, otherwise narrowed to the launches between
+/// two marks (`InflightSlot::flags`).
+pub const RECORD_MARKS: u32 = 2;
 
 /// `Header::state`.
 pub const STATE_RECORDING: u32 = 1;
@@ -57,6 +76,10 @@ pub mod drops {
     pub const ACTIVITY_DROPPED: usize = 4;
     /// A CUDA graph node or executable graph that did not fit the graph table.
     pub const GRAPHS_FULL: usize = 5;
+    /// A stream that got no mark slot: its launches are retired only by synchronizes.
+    pub const MARKS_FULL: usize = 6;
+    /// A progress mark the driver refused to enqueue.
+    pub const MARK_FAILED: usize = 7;
     pub const LEN: usize = 8;
     pub const NAMES: [&str; LEN] = [
         "threads_full",
@@ -65,8 +88,8 @@ pub mod drops {
         "completion_unmatched",
         "activity_dropped",
         "graphs_full",
-        "reserved6",
-        "reserved7",
+        "marks_full",
+        "mark_failed",
     ];
 }
 
@@ -107,7 +130,17 @@ pub struct Header {
     pub graph_slot_size: u32,
     /// `CONTROL_*` requests from wedgeprobe (atomic; the only word the reader writes).
     pub control: u64,
-    pub _reserved: [u64; 5],
+    pub marks_off: u64,
+    pub marks_cap: u32,
+    pub mark_slot_size: u32,
+    /// `RECORD_*` (atomic: the shim may fall back from marks to per-kernel records).
+    pub record_mode: u32,
+    /// Marks: a mark after at most this many launches on a stream…
+    pub mark_every: u32,
+    /// …or once this many µs have passed since the stream's last mark.
+    pub mark_us: u32,
+    pub _pad: u32,
+    pub _reserved: [u64; 1],
 }
 
 #[repr(C)]
@@ -148,8 +181,17 @@ pub struct InflightSlot {
     pub graph_id: u32,
     /// Graph launches: kernel nodes not completed yet (atomic; 0 = unknown or not a graph).
     pub nodes_pending: u32,
+    /// The stream's `MarkSlot` index + 1 (0 = none: per-kernel records, or no slot left).
+    pub mark: u32,
+    /// `FLAG_*` (atomic; set after the slot is published).
+    pub flags: u32,
     pub _pad: u32,
 }
+
+/// `InflightSlot::flags`: a progress mark was enqueued on the stream right after this launch,
+/// so once the stream passes it this launch has completed — and while it has not, this launch
+/// or one before it is unfinished. Set only after the mark was enqueued successfully.
+pub const FLAG_MARKED: u32 = 1;
 
 /// `RingRecord::kind`.
 pub const RECORD_LAUNCH: u32 = 1;
@@ -231,6 +273,22 @@ pub struct GraphSlot {
     pub _pad: u32,
 }
 
+/// One stream's progress as its marks report it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MarkSlot {
+    /// The stream's key: CUPTI's stream id + 1 (atomic; 0 = free).
+    pub key: u32,
+    pub device: u32,
+    /// The `CUstream` handle.
+    pub stream: u64,
+    /// Every launch on this stream with a correlation id ≤ `done` has completed (atomic).
+    pub done: u64,
+    /// CLOCK_MONOTONIC ns when the shim first saw `done` at its current value (atomic; within
+    /// the flush thread's period, 100 ms, of when the GPU passed the mark).
+    pub done_at_ns: u64,
+}
+
 /// FNV-1a 64, with 0 mapped to 1 (0 marks an empty name slot).
 pub fn name_hash(name: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -249,18 +307,20 @@ pub struct Layout {
     pub ring_cap: u32,
     pub names_cap: u32,
     pub graphs_cap: u32,
+    pub marks_cap: u32,
 }
 
 impl Layout {
     /// Defaults: 1,024 threads, 8,192 in-flight launches (8 streams × a full 1,021-deep
     /// queue), a 16,384-record ring (the last ~0.2 s of a launch-bound loop), 4,096 names,
-    /// 4,096 graph nodes and executable graphs: 3.5 MiB in all.
+    /// 4,096 graph nodes and executable graphs, 1,024 streams' marks: 3.6 MiB in all.
     pub const DEFAULT: Layout = Layout {
         threads_cap: 1024,
         inflight_cap: 8192,
         ring_cap: 16384,
         names_cap: 4096,
         graphs_cap: 4096,
+        marks_cap: 1024,
     };
 
     pub const fn threads_off(&self) -> u64 {
@@ -278,8 +338,11 @@ impl Layout {
     pub const fn graphs_off(&self) -> u64 {
         self.names_off() + self.names_cap as u64 * core::mem::size_of::<NameSlot>() as u64
     }
-    pub const fn total_size(&self) -> u64 {
+    pub const fn marks_off(&self) -> u64 {
         self.graphs_off() + self.graphs_cap as u64 * core::mem::size_of::<GraphSlot>() as u64
+    }
+    pub const fn total_size(&self) -> u64 {
+        self.marks_off() + self.marks_cap as u64 * core::mem::size_of::<MarkSlot>() as u64
     }
 
     /// The header a writer of this layout starts with.
@@ -312,7 +375,14 @@ impl Layout {
             graphs_cap: self.graphs_cap,
             graph_slot_size: core::mem::size_of::<GraphSlot>() as u32,
             control: 0,
-            _reserved: [0; 5],
+            marks_off: self.marks_off(),
+            marks_cap: self.marks_cap,
+            mark_slot_size: core::mem::size_of::<MarkSlot>() as u32,
+            record_mode: RECORD_PER_KERNEL,
+            mark_every: 0,
+            mark_us: 0,
+            _pad: 0,
+            _reserved: [0; 1],
         }
     }
 }
@@ -328,6 +398,10 @@ pub enum HeaderError {
     },
     BadMagic,
     UnsupportedVersion {
+        version: u32,
+    },
+    /// Written by an older shim (a format this reader no longer reads).
+    OlderVersion {
         version: u32,
     },
     /// A size, offset or capacity is not what this version's layout gives.
@@ -351,8 +425,14 @@ impl Header {
             return Err(HeaderError::BadMagic);
         }
         if self.version != VERSION {
-            return Err(HeaderError::UnsupportedVersion {
-                version: self.version,
+            return Err(if OLDER_VERSIONS.contains(&self.version) {
+                HeaderError::OlderVersion {
+                    version: self.version,
+                }
+            } else {
+                HeaderError::UnsupportedVersion {
+                    version: self.version,
+                }
             });
         }
         let layout = Layout {
@@ -361,6 +441,7 @@ impl Header {
             ring_cap: self.ring_cap,
             names_cap: self.names_cap,
             graphs_cap: self.graphs_cap,
+            marks_cap: self.marks_cap,
         };
         if [
             layout.threads_cap,
@@ -368,6 +449,7 @@ impl Header {
             layout.ring_cap,
             layout.names_cap,
             layout.graphs_cap,
+            layout.marks_cap,
         ]
         .iter()
         .any(|&c| c == 0 || c > 1 << 20)
@@ -375,7 +457,7 @@ impl Header {
             return Err(HeaderError::Inconsistent { field: "capacity" });
         }
         let expected = layout.header(self.pid, 0, 0);
-        let checks: [(&'static str, bool); 12] = [
+        let checks: [(&'static str, bool); 15] = [
             ("header_size", self.header_size == expected.header_size),
             (
                 "thread_slot_size",
@@ -403,6 +485,15 @@ impl Header {
                 self.graph_slot_size == expected.graph_slot_size,
             ),
             ("total_size", self.total_size == expected.total_size),
+            ("marks_off", self.marks_off == expected.marks_off),
+            (
+                "mark_slot_size",
+                self.mark_slot_size == expected.mark_slot_size,
+            ),
+            (
+                "record_mode",
+                self.record_mode == RECORD_PER_KERNEL || self.record_mode == RECORD_MARKS,
+            ),
         ];
         if let Some((field, _)) = checks.iter().find(|(_, ok)| !ok) {
             return Err(HeaderError::Inconsistent { field });
@@ -430,14 +521,16 @@ mod tests {
         assert_eq!(size_of::<Header>(), 256);
         assert_eq!(offset_of!(Header, ring_head), 120);
         assert_eq!(size_of::<ThreadSlot>(), 32);
-        assert_eq!(size_of::<InflightSlot>(), 96);
+        assert_eq!(size_of::<InflightSlot>(), 104);
+        assert_eq!(size_of::<MarkSlot>(), 32);
+        assert_eq!(offset_of!(Header, record_mode), 232);
         assert_eq!(size_of::<GraphSlot>(), 32);
         assert_eq!(offset_of!(Header, control), 208);
         assert_eq!(size_of::<RingRecord>(), 104);
         assert_eq!(size_of::<NameSlot>(), 256);
         assert_eq!(
             Layout::DEFAULT.total_size(),
-            256 + 32 * 1024 + 96 * 8192 + 104 * 16384 + 256 * 4096 + 32 * 4096
+            256 + 32 * 1024 + 104 * 8192 + 104 * 16384 + 256 * 4096 + 32 * 4096 + 32 * 1024
         );
     }
 
@@ -465,10 +558,23 @@ mod tests {
         bad.magic[0] = b'X';
         assert_eq!(bad.validate(l.total_size()), Err(HeaderError::BadMagic));
         let mut bad = h;
-        bad.version = 1;
+        bad.version = 2;
         assert_eq!(
             bad.validate(l.total_size()),
-            Err(HeaderError::UnsupportedVersion { version: 1 })
+            Err(HeaderError::OlderVersion { version: 2 })
+        );
+        bad.version = 9;
+        assert_eq!(
+            bad.validate(l.total_size()),
+            Err(HeaderError::UnsupportedVersion { version: 9 })
+        );
+        let mut bad = h;
+        bad.record_mode = 7;
+        assert_eq!(
+            bad.validate(l.total_size()),
+            Err(HeaderError::Inconsistent {
+                field: "record_mode"
+            })
         );
     }
 

@@ -293,7 +293,13 @@ impl Collector {
                     .into(),
                     heartbeat_age_ms: (heartbeat > 0)
                         .then(|| now_ns.saturating_sub(heartbeat) as f64 / 1e6),
+                    record: if view.record_mode().marks {
+                        "marks"
+                    } else {
+                        "per-kernel"
+                    },
                     completions_seen: cursor.completed,
+                    marks_passed: cursor.marks_passed,
                     ring_lost: cursor.lost,
                     ring_skipped: cursor.skipped,
                     drops: view.drops().into_iter().collect(),

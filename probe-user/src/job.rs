@@ -180,25 +180,27 @@ fn rank_state(m: &RankInfo, order: u32, heads: &[StreamHead]) -> RankState {
         .or(mine.first())
         .copied();
     let any = heads.iter().any(|h| h.pid == m.pid);
+    // A head narrowed to candidates (marks mode) names them all, never one of them alone.
+    let name = |h: &StreamHead| {
+        if h.exact {
+            h.kernel_demangled
+                .clone()
+                .unwrap_or_else(|| h.kernel.clone())
+        } else {
+            format!(
+                "one of {}: {}",
+                h.candidates_total,
+                crate::kernel_verdict::list_candidates(h)
+            )
+        }
+    };
     let (state, kernel, running_ms) = match pick {
         Some(h) if h.judgement.as_ref().is_some_and(|j| j.collective) => (
             "waiting_in_collective",
-            Some(
-                h.kernel_demangled
-                    .clone()
-                    .unwrap_or_else(|| h.kernel.clone()),
-            ),
+            Some(name(h)),
             Some(h.running_ms),
         ),
-        Some(h) => (
-            "stuck",
-            Some(
-                h.kernel_demangled
-                    .clone()
-                    .unwrap_or_else(|| h.kernel.clone()),
-            ),
-            Some(h.running_ms),
-        ),
+        Some(h) => ("stuck", Some(name(h)), Some(h.running_ms)),
         None if any => ("running", None, None),
         None => ("no_kernel_in_flight", None, None),
     };
@@ -274,6 +276,9 @@ mod tests {
             running_ms,
             queued_behind: 0,
             graph: None,
+            exact: true,
+            candidates: Vec::new(),
+            candidates_total: 0,
             judgement: Some(KernelJudgement {
                 state: "stuck",
                 bound_ms: 5_000.0,

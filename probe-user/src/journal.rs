@@ -13,8 +13,8 @@ use std::{
 
 use probe_common::journal::{
     GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_KERNEL_NODE, GraphSlot, Header, HeaderError, InflightSlot,
-    Layout, NAME_BYTES, NameSlot, RingRecord, STATE_OFF, STATE_RELEASED, ThreadSlot, VERSION,
-    drops,
+    Layout, MarkSlot, NAME_BYTES, NameSlot, RECORD_MARKS, RingRecord, STATE_OFF, STATE_RELEASED,
+    ThreadSlot, VERSION, drops,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -27,6 +27,10 @@ pub enum JournalError {
         "journal format version {version} is not supported (this wedgeprobe reads {VERSION}); use the wedgeprobe that matches the shim"
     )]
     UnsupportedVersion { version: u32 },
+    #[error(
+        "journal format version {version} was written by an older wedgeprobe shim (this wedgeprobe reads {VERSION}); restart the process with this release's shim (`wedgeprobe shim-path`) or use the wedgeprobe it came with"
+    )]
+    OlderVersion { version: u32 },
     #[error("corrupt journal: `{field}` does not match the layout")]
     Inconsistent { field: &'static str },
     #[error("journal claims {total_size} bytes, more than any shim writes")]
@@ -41,6 +45,7 @@ impl From<HeaderError> for JournalError {
             HeaderError::TooShort { len } => Self::TooShort { len },
             HeaderError::BadMagic => Self::BadMagic,
             HeaderError::UnsupportedVersion { version } => Self::UnsupportedVersion { version },
+            HeaderError::OlderVersion { version } => Self::OlderVersion { version },
             HeaderError::Inconsistent { field } => Self::Inconsistent { field },
             HeaderError::TooLarge { total_size } => Self::TooLarge { total_size },
         }
@@ -106,6 +111,27 @@ impl Graphs {
         }
         id
     }
+}
+
+/// One stream's progress by its marks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamMark {
+    /// The mark slot's index (`InflightSlot::mark` - 1).
+    pub index: u32,
+    /// CUPTI's stream id (the slot's key - 1).
+    pub stream_id: u32,
+    pub device: u32,
+    pub stream: u64,
+    pub done: u64,
+    pub done_at_ns: u64,
+}
+
+/// How the shim learns completions, by the header now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordMode {
+    pub marks: bool,
+    pub mark_every: u32,
+    pub mark_us: u32,
 }
 
 /// What the ring held past a cursor.
@@ -199,6 +225,41 @@ impl JournalView {
 
     pub fn heartbeat_ns(&self) -> u64 {
         self.header_now().heartbeat_ns
+    }
+
+    pub fn record_mode(&self) -> RecordMode {
+        let h = self.header_now();
+        RecordMode {
+            marks: h.record_mode == RECORD_MARKS,
+            mark_every: h.mark_every,
+            mark_us: h.mark_us,
+        }
+    }
+
+    /// The streams' marks (claimed, consistent slots only).
+    pub fn marks(&self) -> Vec<StreamMark> {
+        let mut out = Vec::new();
+        for i in 0..self.layout.marks_cap {
+            let off = self.layout.marks_off() + i as u64 * size_of::<MarkSlot>() as u64;
+            let key: u64 = self.read(off);
+            if key as u32 == 0 {
+                continue;
+            }
+            let a: MarkSlot = self.read(off);
+            let b: MarkSlot = self.read(off);
+            if a != b || a.key == 0 {
+                continue;
+            }
+            out.push(StreamMark {
+                index: i,
+                stream_id: a.key - 1,
+                device: a.device,
+                stream: a.stream,
+                done: a.done,
+                done_at_ns: a.done_at_ns,
+            });
+        }
+        out
     }
 
     /// Drop counters by name.
@@ -501,6 +562,7 @@ mod tests {
         ring_cap: 32,
         names_cap: 8,
         graphs_cap: 8,
+        marks_cap: 4,
     };
 
     fn new_journal(layout: Layout) -> (OwnedJournal, Writer) {
@@ -526,6 +588,8 @@ mod tests {
             cluster: [2, 1, 1],
             graph_id: 0,
             nodes_pending: 0,
+            mark: 0,
+            flags: 0,
             _pad: 0,
             seq: 0,
         }
@@ -648,6 +712,7 @@ mod tests {
             ring_cap: 1024,
             names_cap: 64,
             graphs_cap: 64,
+            marks_cap: 8,
         };
         let (mem, w) = new_journal(layout);
         let w = Arc::new(w);

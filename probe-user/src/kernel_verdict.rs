@@ -135,8 +135,11 @@ pub fn judge(
     bounds: &Bounds,
     threads: &[ThreadView],
 ) -> KernelJudgement {
-    let bound_ms = history
-        .bound_ms(head.pid, &head.kernel, bounds.multiple)
+    // Candidates (marks mode) have no one name whose history could raise the bound.
+    let bound_ms = head
+        .exact
+        .then(|| history.bound_ms(head.pid, &head.kernel, bounds.multiple))
+        .flatten()
         .map_or(bounds.floor_ms, |b| b.max(bounds.floor_ms));
     let suspect = head.running_ms >= bound_ms;
     let corroborated = threads.iter().any(|t| t.blocked && t.pid == head.pid);
@@ -147,16 +150,75 @@ pub fn judge(
     } else {
         "running"
     };
+    // Candidates: a collective wait only if every one of them is a collective.
+    let names = crate::kernels::JournalCursor::head_names(head);
     KernelJudgement {
         state,
         bound_ms,
-        collective: is_collective(&head.kernel),
+        collective: !names.is_empty() && names.iter().all(|n| is_collective(n)),
     }
+}
+
+/// The candidates of a head that is not exact, in one line: `[1] a (grid …), [2] b, …`.
+pub fn list_candidates(head: &StreamHead) -> String {
+    let mut out: Vec<String> = head
+        .candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let name = c.kernel_demangled.as_deref().unwrap_or(&c.kernel);
+            if c.graph_exec != 0 {
+                format!("[{}] graph launch (exec {})", i + 1, c.graph_exec)
+            } else {
+                format!(
+                    "[{}] {} (grid {}x{}x{}, block {}x{}x{})",
+                    i + 1,
+                    name,
+                    c.grid[0],
+                    c.grid[1],
+                    c.grid[2],
+                    c.block[0],
+                    c.block[1],
+                    c.block[2]
+                )
+            }
+        })
+        .collect();
+    if head.candidates_total > head.candidates.len() {
+        out.push(format!(
+            "… {} more",
+            head.candidates_total - head.candidates.len()
+        ));
+    }
+    out.join(", ")
 }
 
 /// One line saying what the longest stuck head is, for the verdict's summary.
 pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
+    if !head.exact {
+        return format!(
+            "one of {} kernels on device {} stream {} has not completed for ~{} (bound {}), {} launches queued behind: in launch order {} — the first of them not completed is stuck; the shim's stream marks (the default recording) do not tell which (WEDGEPROBE_SHIM_RECORD=exact names it, at the price in BENCHMARKS.md)",
+            head.candidates_total,
+            head.device,
+            head.stream,
+            fmt_duration(head.running_ms),
+            fmt_duration(j.bound_ms),
+            head.queued_behind,
+            list_candidates(head)
+        );
+    }
     let what = match &head.graph {
+        Some(g) if !g.node_progress => format!(
+            "graph launch (exec {}) of {} kernel nodes ({}…; node progress is not recorded with stream marks: WEDGEPROBE_SHIM_RECORD=exact names the node)",
+            g.exec_id,
+            g.kernel_nodes,
+            g.not_completed
+                .iter()
+                .take(3)
+                .map(|n| n.kernel_demangled.as_deref().unwrap_or(&n.kernel).to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Some(g) => match g.not_completed.first() {
             Some(n) => format!(
                 "graph launch (exec {}): kernel node {} {} has not completed ({} of {} kernel nodes done)",
@@ -214,6 +276,9 @@ mod tests {
             running_ms,
             queued_behind: 0,
             graph: None,
+            exact: true,
+            candidates: Vec::new(),
+            candidates_total: 0,
             judgement: None,
         }
     }

@@ -3,13 +3,20 @@
 //! when it can have started, and how many launches are queued behind it.
 //!
 //! CUPTI cannot say when a kernel *started* before it completes; the estimate is the later of
-//! its launch and the end of the last completed kernel on the same stream
-//! (../shared/design.md).
+//! its launch and the end of the last completed kernel on the same stream (or, with marks,
+//! when the shim saw the stream pass its last mark) — docs/architecture.md.
+//!
+//! With stream marks (the shim's default, `probe_common::journal::RECORD_MARKS`) a launch is
+//! known done once a mark after it passed; the stuck kernel is the first unfinished one among
+//! the launches from the head up to the first launch with a mark after it. When that is the
+//! head alone the name is exact; otherwise the head lists the candidates in launch order and
+//! names none of them (`StreamHead::exact`).
 
 use std::collections::{HashMap, HashSet};
 
 use probe_common::journal::{
-    ALL_STREAMS, InflightSlot, RECORD_KERNEL_DONE, RECORD_NODE_DONE, RECORD_SYNCED, RingRecord,
+    ALL_STREAMS, FLAG_MARKED, InflightSlot, RECORD_KERNEL_DONE, RECORD_NODE_DONE, RECORD_SYNCED,
+    RingRecord,
 };
 use serde::Serialize;
 
@@ -25,6 +32,8 @@ pub struct JournalCursor {
     /// Records passed over by `advance_at_most` (not lost: deliberately not read).
     pub skipped: u64,
     pub completed: u64,
+    /// Times a stream's mark was seen to advance (marks mode).
+    pub marks_passed: u64,
     /// Highest completed correlation id per CUPTI stream id: streams run in order, so every
     /// launch before it on that stream is done even if its own record never came.
     done_through: HashMap<u32, u64>,
@@ -33,6 +42,11 @@ pub struct JournalCursor {
     synced_all: u64,
     /// Graph launches in flight: the node ids (as CUPTI reported them) that completed.
     nodes_done: HashMap<u64, HashSet<u64>>,
+    /// Stream marks by CUPTI stream id: (correlation through which the stream is done, when
+    /// the shim saw it pass). Read from the journal at every `advance`.
+    marks: HashMap<u32, (u64, u64)>,
+    /// The journal records completions with marks (no per-kernel records, no node progress).
+    marks_mode: bool,
     /// The heads of the last in-flight table scan (see `heads_every`), and when it was.
     scanned: Vec<(StreamHead, HeadTimes)>,
     scanned_at_ns: Option<u64>,
@@ -46,6 +60,22 @@ struct HeadTimes {
     since_ns: u64,
 }
 
+/// One of the launches a stuck kernel is narrowed to (marks mode).
+#[derive(Clone, Debug, Serialize)]
+pub struct Candidate {
+    pub kernel: String,
+    pub kernel_demangled: Option<String>,
+    pub correlation: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub launched_ms_ago: f64,
+    /// Graph launches: the executable graph's id (0 otherwise).
+    pub graph_exec: u32,
+}
+
+/// Candidates listed at most; `candidates_total` says how many there were.
+const MAX_CANDIDATES: usize = 16;
+
 /// A graph launch broken down into its kernel nodes.
 #[derive(Clone, Debug, Serialize)]
 pub struct GraphProgress {
@@ -57,6 +87,9 @@ pub struct GraphProgress {
     /// Kernel nodes with no completion yet, in node order: the first is the one running (or
     /// stuck) when the graph is a chain.
     pub not_completed: Vec<GraphNodeView>,
+    /// Whether node completions are recorded (the exact mode). With marks only the graph
+    /// launch's own end is known: every kernel node is listed, none known done.
+    pub node_progress: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -90,6 +123,14 @@ pub struct StreamHead {
     /// Graph launches: which kernel nodes have not completed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub graph: Option<GraphProgress>,
+    /// Whether `kernel` is the stuck-or-running kernel itself. False (marks mode): the first
+    /// unfinished of `candidates` is, and `kernel` says how many there are.
+    pub exact: bool,
+    /// Marks mode, not exact: the launches from the head to the first mark not yet passed, in
+    /// launch order (at most 16; `candidates_total` counts them all).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
+    pub candidates_total: usize,
     /// `state` (stuck / suspect / running), `bound_ms`, `collective`: set by the verdict.
     #[serde(flatten)]
     pub judgement: Option<crate::kernel_verdict::KernelJudgement>,
@@ -142,7 +183,27 @@ impl JournalCursor {
             *d = (*d).max(through);
         }
         self.completed += read.records.iter().filter(|r| is_completion(r)).count() as u64;
+        let mode = view.record_mode();
+        self.marks_mode = mode.marks;
+        if mode.marks {
+            for m in view.marks() {
+                let e = self.marks.entry(m.stream_id).or_insert((0, 0));
+                if m.done > e.0 {
+                    *e = (m.done, m.done_at_ns);
+                    self.marks_passed += 1;
+                }
+            }
+        }
         read.records
+    }
+
+    /// The names a head stands for: its candidates, or itself.
+    pub fn head_names(head: &StreamHead) -> Vec<&str> {
+        if head.exact {
+            vec![head.kernel.as_str()]
+        } else {
+            head.candidates.iter().map(|c| c.kernel.as_str()).collect()
+        }
     }
 
     /// The oldest in-flight kernel of every stream, longest running first.
@@ -196,6 +257,10 @@ impl JournalCursor {
     fn retired(&self, correlation: u64, stream: u64, stream_id: u32) -> bool {
         correlation <= self.synced_all
             || self
+                .marks
+                .get(&stream_id)
+                .is_some_and(|&(done, _)| correlation <= done)
+            || self
                 .synced_through
                 .get(&stream)
                 .is_some_and(|&c| correlation <= c)
@@ -229,52 +294,108 @@ impl JournalCursor {
         // each stream's queue was 30% of the daemon's CPU on the H200 (8 PyTorch processes,
         // ~1,000 launches in flight each); a process has a handful of streams, so a linear
         // search beats hashing every slot.
-        let mut streams: Vec<((u32, u64), InflightSlot, usize)> = Vec::new();
-        for s in inflight {
-            if self.retired(s.correlation, s.stream, s.stream_id) {
-                continue;
-            }
-            let key = (s.device, s.stream);
-            match streams.iter_mut().find(|(k, _, _)| *k == key) {
-                Some((_, head, n)) => {
+        // Per stream also the first launch with a mark after it (marks mode): the window the
+        // stuck kernel is in ends there.
+        let mut streams: Vec<((u32, u32, u64), InflightSlot, usize, u64)> = Vec::new();
+        let live: Vec<InflightSlot> = inflight
+            .into_iter()
+            .filter(|s| !self.retired(s.correlation, s.stream, s.stream_id))
+            .collect();
+        for s in &live {
+            let s = *s;
+            let key = (s.device, s.stream_id, s.stream);
+            let marked = if s.flags & FLAG_MARKED != 0 {
+                s.correlation
+            } else {
+                u64::MAX
+            };
+            match streams.iter_mut().find(|(k, ..)| *k == key) {
+                Some((_, head, n, first_marked)) => {
                     *n += 1;
+                    *first_marked = (*first_marked).min(marked);
                     if (s.launch_ns, s.correlation) < (head.launch_ns, head.correlation) {
                         *head = s;
                     }
                 }
-                None => streams.push((key, s, 1)),
+                None => streams.push((key, s, 1, marked)),
             }
         }
+        let marks_mode = self.marks_mode;
         streams
             .into_iter()
-            .map(|(_, h, n)| {
+            .map(|(key, h, n, first_marked)| {
                 let since = h
                     .launch_ns
-                    .max(self.last_end.get(&h.stream_id).copied().unwrap_or(0));
-                let kernel = view.name(h.name_id).unwrap_or_else(|| "?".into());
-                let graph = (h.graph_id != 0)
+                    .max(self.last_end.get(&h.stream_id).copied().unwrap_or(0))
+                    .max(self.marks.get(&h.stream_id).map_or(0, |m| m.1));
+                let mut kernel = view.name(h.name_id).unwrap_or_else(|| "?".into());
+                // Exact: per-kernel records, or the head has a mark right after it, or nothing
+                // else is unfinished on its stream.
+                let exact = !marks_mode || h.flags & FLAG_MARKED != 0 || n == 1;
+                let mut candidates = Vec::new();
+                let mut candidates_total = 0;
+                if !exact {
+                    let mut window: Vec<&InflightSlot> = live
+                        .iter()
+                        .filter(|s| {
+                            (s.device, s.stream_id, s.stream) == key && s.correlation <= first_marked
+                        })
+                        .collect();
+                    window.sort_by_key(|s| s.correlation);
+                    candidates_total = window.len();
+                    candidates = window
+                        .iter()
+                        .take(MAX_CANDIDATES)
+                        .map(|s| {
+                            let name = if s.graph_id != 0 {
+                                "(graph launch)".to_string()
+                            } else {
+                                view.name(s.name_id).unwrap_or_else(|| "?".into())
+                            };
+                            Candidate {
+                                kernel_demangled: demangle(&name),
+                                kernel: name,
+                                correlation: s.correlation,
+                                grid: s.grid,
+                                block: s.block,
+                                launched_ms_ago: now_ns.saturating_sub(s.launch_ns) as f64 / 1e6,
+                                graph_exec: s.graph_id,
+                            }
+                        })
+                        .collect();
+                    kernel = format!("(one of {candidates_total} kernels)");
+                }
+                let graph = (exact && h.graph_id != 0)
                     .then(|| self.graph_progress(view, graphs.as_ref(), h.graph_id, h.correlation));
                 let times = HeadTimes {
                     stream: h.stream,
                     launch_ns: h.launch_ns,
                     since_ns: since,
                 };
+                let (grid, block, cluster) = if exact {
+                    (h.grid, h.block, h.cluster)
+                } else {
+                    ([0; 3], [0; 3], [0; 3])
+                };
                 let head = StreamHead {
                     pid,
                     device: h.device,
                     stream: format!("{:#x}", h.stream),
                     stream_id: h.stream_id,
-                    kernel_demangled: demangle(&kernel),
+                    kernel_demangled: if exact { demangle(&kernel) } else { None },
                     kernel,
                     correlation: h.correlation,
-                    grid: h.grid,
-                    block: h.block,
-                    cluster: h.cluster,
+                    grid,
+                    block,
+                    cluster,
                     tid: h.tid,
                     launched_ms_ago: now_ns.saturating_sub(h.launch_ns) as f64 / 1e6,
                     running_ms: now_ns.saturating_sub(since) as f64 / 1e6,
                     queued_behind: n - 1,
                     graph,
+                    exact,
+                    candidates,
+                    candidates_total,
                     judgement: None,
                 };
                 (head, times)
@@ -303,6 +424,7 @@ impl JournalCursor {
             (Some(g), Some(gid)) => g.kernel_nodes(gid).copied().collect(),
             _ => Vec::new(),
         };
+        let node_progress = !self.marks_mode;
         let not_completed: Vec<GraphNodeView> = nodes
             .iter()
             .filter(|n| !done.contains(&n.id))
@@ -321,6 +443,7 @@ impl JournalCursor {
             kernel_nodes: nodes.len(),
             completed: nodes.len() - not_completed.len(),
             not_completed,
+            node_progress,
         }
     }
 }
@@ -355,6 +478,7 @@ mod tests {
         ring_cap: 64,
         names_cap: 4,
         graphs_cap: 8,
+        marks_cap: 4,
     };
 
     fn launch(w: &Writer, corr: u64, stream: u64, name: u32) {
@@ -523,6 +647,87 @@ mod tests {
         let heads = cursor.heads(1, &view, 10_000);
         assert_eq!(heads[0].correlation, 41, "{heads:?}");
         assert!(heads[0].graph.is_none());
+    }
+
+    /// Stream marks (the default recording): launches up to a passed mark are done; the head
+    /// is named only when a mark follows it directly (or nothing follows it), otherwise the
+    /// launches up to the first mark are listed as candidates, never one of them alone.
+    #[test]
+    fn with_marks_the_stuck_kernel_is_named_or_narrowed_to_the_launches_between_two_marks() {
+        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
+        // SAFETY: aligned, zeroed, sized; `mem` outlives the writer.
+        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        let mut words = vec![0u64; L.marks_cap as usize];
+        // SAFETY: marks_cap u64s that outlive the writer's use in this test.
+        unsafe { w.set_mark_words(words.as_mut_ptr()) };
+        w.set_record_mode(probe_common::journal::RECORD_MARKS, 8, 100);
+        let (a, b, stuck) = (w.intern(b"a"), w.intern(b"b"), w.intern(b"stuck"));
+        let slot7 = w.mark_slot(7 + 1, 0, 7).unwrap();
+        let slot9 = w.mark_slot(9 + 1, 0, 9).unwrap();
+        let on = |corr: u64, stream: u64, name: u32, slot: u32| {
+            w.launch(&Launch {
+                correlation: corr,
+                name_id: name,
+                launch_ns: corr * 1_000,
+                stream,
+                stream_id: stream as u32,
+                mark: slot + 1,
+                ..Launch::default()
+            });
+        };
+        // Stream 7: 1 (marked, passed), 2 a, 3 b, 4 stuck (marked after it, not passed), 5, 6.
+        on(1, 7, a, slot7);
+        w.set_marked(1);
+        for (c, n) in [(2, a), (3, b), (4, stuck)] {
+            on(c, 7, n, slot7);
+        }
+        w.set_marked(4);
+        on(5, 7, a, slot7);
+        on(6, 7, a, slot7);
+        // Stream 9: 10 passed; 11 stuck with a mark right after it; 12 queued.
+        on(10, 9, a, slot9);
+        w.set_marked(10);
+        on(11, 9, stuck, slot9);
+        w.set_marked(11);
+        on(12, 9, b, slot9);
+        words[slot7 as usize] = 1;
+        words[slot9 as usize] = 10;
+        w.publish_marks(50_000);
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        cursor.advance(&view);
+        let heads = cursor.heads(1, &view, 100_000);
+        assert_eq!(heads.len(), 2, "{heads:?}");
+        let s7 = heads.iter().find(|h| h.stream == "0x7").unwrap();
+        assert!(!s7.exact);
+        assert_eq!(s7.kernel, "(one of 3 kernels)");
+        let names: Vec<&str> = s7.candidates.iter().map(|c| c.kernel.as_str()).collect();
+        assert_eq!(names, ["a", "b", "stuck"], "in launch order, up to the first mark");
+        assert_eq!((s7.candidates_total, s7.queued_behind), (3, 4));
+        assert_eq!(s7.running_ms, (100_000 - 50_000) as f64 / 1e6, "since the mark was seen");
+        let s9 = heads.iter().find(|h| h.stream == "0x9").unwrap();
+        assert!(s9.exact, "{s9:?}");
+        assert_eq!((s9.kernel.as_str(), s9.queued_behind), ("stuck", 1));
+        assert!(s9.candidates.is_empty());
+        // Stream 7 passes its next mark: 2..4 done; 5 and 6 are left, none marked after:
+        // with two unfinished and no mark between, still candidates.
+        words[slot7 as usize] = 4;
+        w.publish_marks(60_000);
+        cursor.advance(&view);
+        let s7 = cursor
+            .heads(1, &view, 100_000)
+            .into_iter()
+            .find(|h| h.stream == "0x7")
+            .unwrap();
+        assert_eq!((s7.exact, s7.candidates_total), (false, 2));
+        // The writer reuses slots of launches a passed mark retired.
+        for c in 20..(20 + L.inflight_cap as u64) {
+            on(c, 7, a, slot7);
+            w.set_marked(c);
+            words[slot7 as usize] = c;
+        }
+        let drops: HashMap<_, _> = view.drops().into_iter().collect();
+        assert_eq!(drops["inflight_full"], 0, "retired slots were reused");
     }
 
     #[test]

@@ -219,7 +219,13 @@ pub struct JournalInfo {
     /// `recording`, `shim_off`, or `rejected: <reason>`.
     pub status: String,
     pub heartbeat_age_ms: Option<f64>,
+    /// How the shim learns completions: `marks` (stream progress marks, the default) or
+    /// `per-kernel` (a CUPTI record per kernel: exact names and graph nodes).
+    pub record: &'static str,
+    /// Per-kernel completion records read (per-kernel mode).
     pub completions_seen: u64,
+    /// Stream marks seen advancing (marks mode): each proves every launch before it done.
+    pub marks_passed: u64,
     /// Ring records overwritten before wedgeprobe read them.
     pub ring_lost: u64,
     /// Ring records deliberately not read (the daemon reads at most the newest few thousand

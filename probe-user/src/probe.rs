@@ -148,7 +148,11 @@ impl Probe {
             .context("failed to add the target to WP_TARGETS")?;
 
         let mut links = Vec::new();
-        let result = self.attach_points(target, &lib, &mut links, |launch| {
+        // With the journal recording launches, kernel names come from it too: the name-lookup
+        // probes (entry + return on cuModuleGetFunction, cuLibraryGetKernel,
+        // cuKernelGetFunction) are left off. The runtime may call cuKernelGetFunction on its
+        // launch path, and a uprobe + uretprobe pair costs ~1.7 µs a call on the H200.
+        let result = self.attach_points(target, &lib, &mut links, !skip_launches, |launch| {
             if launch && skip_launches {
                 None
             } else {
@@ -183,19 +187,23 @@ impl Probe {
             .cloned()
             .context("libcuda of an attached process not resolved")?;
         let mut links = Vec::new();
-        let result = self.attach_points(target, &lib, &mut links, |launch| launch.then_some(true));
+        let result = self.attach_points(target, &lib, &mut links, true, |launch| {
+            launch.then_some(true)
+        });
         self.links.entry(target.pid).or_default().extend(links);
         result.map(|()| "entry (the shim stopped recording)")
     }
 
     /// Attaches the uprobes of `lib`'s entry points in `target`. `which(is_launch)` says per
     /// entry point whether to trace it (None: skip) and whether it is open-ended (entry probe
-    /// only). Links made are pushed to `links` even on error, for the caller to keep or drop.
+    /// only); `names`: the kernel-name lookups too. Links made are pushed to `links` even on
+    /// error, for the caller to keep or drop.
     fn attach_points(
         &mut self,
         target: &Target,
         lib: &LibCuda,
         links: &mut Vec<(&'static str, UProbeLinkId)>,
+        names: bool,
         which: impl Fn(bool) -> Option<bool>,
     ) -> anyhow::Result<()> {
         let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
@@ -210,6 +218,9 @@ impl Probe {
             (programs::NAME_ENTER, &lib.name_lookups),
         ];
         for (name, points) in plan {
+            if !names && (name == programs::NAME_ENTER || name == programs::NAME_EXIT) {
+                continue;
+            }
             let prog: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
             for ep in points {
                 let launch = api::class(ep.id) == Some(api::ApiClass::Launch);

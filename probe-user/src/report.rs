@@ -306,7 +306,46 @@ impl Report {
                 if let Some(d) = &k.kernel_demangled {
                     writeln!(out, "      demangled: {d}")?;
                 }
-                if let Some(g) = &k.graph {
+                if !k.exact {
+                    writeln!(
+                        out,
+                        "      not named exactly (stream marks): the first unfinished of these, in launch order, is it:"
+                    )?;
+                    for (i, c) in k.candidates.iter().enumerate() {
+                        writeln!(
+                            out,
+                            "        [{}] {}  (grid {}x{}x{} block {}x{}x{}; correlation {}; launched {} ago)",
+                            i + 1,
+                            c.kernel_demangled.as_deref().unwrap_or(&c.kernel),
+                            c.grid[0],
+                            c.grid[1],
+                            c.grid[2],
+                            c.block[0],
+                            c.block[1],
+                            c.block[2],
+                            c.correlation,
+                            fmt_duration(c.launched_ms_ago)
+                        )?;
+                    }
+                    if k.candidates_total > k.candidates.len() {
+                        writeln!(
+                            out,
+                            "        … {} more",
+                            k.candidates_total - k.candidates.len()
+                        )?;
+                    }
+                }
+                if let Some(g) = &k.graph
+                    && !g.node_progress
+                {
+                    writeln!(
+                        out,
+                        "      graph launch: exec {} (graph {}), {} kernel nodes; node progress is not recorded with stream marks (WEDGEPROBE_SHIM_RECORD=exact records it); its kernel nodes:",
+                        g.exec_id,
+                        g.graph_id.map_or("?".into(), |id| id.to_string()),
+                        g.kernel_nodes
+                    )?;
+                } else if let Some(g) = &k.graph {
                     writeln!(
                         out,
                         "      graph launch: exec {} (graph {}), {} of {} kernel nodes completed; not completed:",
@@ -315,6 +354,8 @@ impl Report {
                         g.completed,
                         g.kernel_nodes
                     )?;
+                }
+                if let Some(g) = &k.graph {
                     for n in &g.not_completed {
                         writeln!(
                             out,

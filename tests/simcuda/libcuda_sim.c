@@ -50,6 +50,8 @@ struct item {
     uint64_t seq;
     uint64_t correlation;
     unsigned stream_id;
+    _Atomic uint64_t *mark_addr; /* a stream-ordered write (cuStreamWriteValue64): k is mark_op */
+    uint64_t mark_value;
 };
 
 static const struct simcuda_callbacks *subscriber;
@@ -80,6 +82,7 @@ static pthread_once_t started = PTHREAD_ONCE_INIT;
 static uint64_t default_kernel_ns, long_kernel_ns, release_after_ns;
 static int blocking_sync;
 static struct sim_kernel graph_kernel = {"graph_launch", 5000, 0};
+static struct sim_kernel mark_op = {"(stream write)", 0, 0};
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -116,6 +119,7 @@ static void *gpu_main(void *arg) {
             while (now_ns() < end) {
             }
         }
+        if (it.mark_addr) atomic_store(it.mark_addr, it.mark_value);
         pthread_mutex_lock(&mu);
         head = (head + 1) % QUEUE_CAP;
         count--;
@@ -176,7 +180,7 @@ static CUresult enqueue(unsigned api, struct sim_kernel *k, CUstream s, const un
         pthread_mutex_lock(&mu);
     }
     uint64_t seq = next_seq++;
-    queue[(head + count) % QUEUE_CAP] = (struct item){k, seq, corr, sid};
+    queue[(head + count) % QUEUE_CAP] = (struct item){k, seq, corr, sid, NULL, 0};
     count++;
     *stream_slot(s) = seq;
     pthread_cond_signal(&work);
@@ -285,6 +289,42 @@ EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (voi
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { (void)d; (void)s; (void)n; return wait_for(SIM_API_MEMCPY_HTOD, last_launched((CUstream)-1)); }
 EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(SIM_API_MEMCPY_DTOH, last_launched((CUstream)-1)); }
 EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; (void)n; return wait_for(SIM_API_MEMCPY_DTOD, last_launched((CUstream)-1)); }
+
+/* Stream progress marks (the shim's default recording): pinned host memory the "GPU" writes,
+ * and a stream-ordered 64-bit write that waits in the same queue as kernels. */
+EXPORT CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
+    (void)flags;
+    if (getenv("SIMCUDA_NO_HOST_ALLOC")) return 2; /* CUDA_ERROR_OUT_OF_MEMORY: the fallback */
+    *p = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
+    return *p ? 0 : 2;
+}
+EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
+    (void)flags;
+    *d = (CUdeviceptr)(uintptr_t)p;
+    return 0;
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return 0; }
+EXPORT CUresult cuCtxGetDevice(CUdevice *d) { *d = 0; return 0; }
+EXPORT CUresult cuCtxSetCurrent(CUcontext c) { (void)c; return 0; }
+EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, uint64_t value, unsigned flags) {
+    (void)flags;
+    if (!addr) return CUDA_ERROR_INVALID_VALUE;
+    pthread_once(&started, start_gpu);
+    pthread_mutex_lock(&mu);
+    while (count == QUEUE_CAP) {
+        pthread_mutex_unlock(&mu);
+        sched_yield();
+        pthread_mutex_lock(&mu);
+    }
+    uint64_t seq = next_seq++;
+    queue[(head + count) % QUEUE_CAP] =
+        (struct item){&mark_op, seq, 0, 0, (_Atomic uint64_t *)(uintptr_t)addr, value};
+    count++;
+    *stream_slot(s) = seq;
+    pthread_cond_signal(&work);
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
 
 /* Test controls (not part of the CUDA API). */
 EXPORT void simcuda_release(void) { atomic_store(&released, 1); }

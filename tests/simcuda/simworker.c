@@ -10,11 +10,15 @@
  *   simworker threads [run_s]                    many short-lived launching threads
  *   simworker bench   [launches]                 prints "ns_per_launch N" (CPU time)
  *   simworker spin [run_s]                       spins on the host in wait_for_peers_ready, no kernels
+ *   simworker idle-after [run_s]                 healthy for run_s, then three launches back to
+ *                                                back and 10 s idle (no synchronize)
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
  *
  * SIMWORKER_IDLE_THREADS=N parks N extra threads in condition waits (a PyTorch process has
  * 50-90 threads, most of them idle pools: what a probe pays per thread shows up with them);
  * SIMWORKER_PACE_US sets healthy's pause between launches (default 50; 0: launch-bound).
+ * SIMWORKER_BURST=N launches N prefills back to back just before the wedged kernel (so stream
+ * marks cannot bracket it alone: the report must list candidates);
  * SIMWORKER_START_DELAY_MS delays everything (a probe can attach before the kernel lookups);
  * SIMWORKER_LAUNCH_API=ex launches through cuLaunchKernelEx; SIMWORKER_SYNC_API=ctx|copy
  * makes the syncer wait in cuCtxSynchronize or a blocking cuMemcpyDtoH instead.
@@ -135,6 +139,8 @@ int main(int argc, char **argv) {
             launch(prefill);
             usleep(100);
         }
+        const char *burst = getenv("SIMWORKER_BURST");
+        for (int i = 0; burst && i < atoi(burst); i++) launch(prefill);
         launch(wedge);
         while (now_s() - start < run_s) launch(decode); /* blocks once 1021 are queued */
         cuStreamSynchronize(stream); /* with run_s <= wedge_after: only synchronizes wait */
@@ -171,6 +177,15 @@ int main(int argc, char **argv) {
         double cpu = b.tv_sec + b.tv_nsec / 1e9;
         printf("launches %ld wall_ns_per_launch %.1f thread_cpu_ns_per_launch %.1f\n", launches,
                wall * 1e9 / launches, cpu * 1e9 / launches);
+    } else if (!strcmp(mode, "idle-after")) {
+        long n = 0;
+        while (now_s() - start < run_s) {
+            launch(decode);
+            if (++n % 64 == 0) cuStreamSynchronize(stream);
+            usleep(50);
+        }
+        for (int i = 0; i < 3; i++) launch(decode);
+        sleep(10);
     } else if (!strcmp(mode, "spin")) {
         wait_for_peers_ready(start + run_s);
     } else if (!strcmp(mode, "exit-soon")) {

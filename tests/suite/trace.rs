@@ -62,7 +62,8 @@ fn a_trace_of_a_wedge_shows_the_stuck_kernel_and_the_blocked_threads_open() {
     assert_eq!(k["cat"], "kernel");
     assert_eq!(k["args"]["kernel"], "_Z17attn_wedge_kernelP7barrierPf");
     assert_eq!(k["args"]["grid"], serde_json::json!([132, 2, 1]));
-    assert!(k["args"]["queued_behind"].as_u64().unwrap() >= 1000, "{k}");
+    // A full queue, less the shim's stream marks in it (one per 8 launches by default).
+    assert!(k["args"]["queued_behind"].as_u64().unwrap() >= 900, "{k}");
     assert!(
         k["pid"].as_u64().unwrap() >= 1 << 40,
         "drawn on a GPU process"

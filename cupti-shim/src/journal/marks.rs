@@ -1,0 +1,100 @@
+//! The journal's stream marks: per stream, the correlation id through which its kernels have
+//! completed, as the stream itself reports it (see `crate::marks` for when marks are
+//! enqueued). The GPU writes each stream's progress word in pinned process memory; the flush
+//! thread copies it into the stream's `MarkSlot` with the time it first saw the value, and
+//! launches read it directly to reuse in-flight slots of retired launches.
+//!
+//! Slots are claimed once per stream (first launch on it), off the per-launch path.
+
+use core::{
+    mem::{offset_of, size_of},
+    sync::atomic::{AtomicU64, Ordering::*},
+};
+
+use probe_common::journal::{MarkSlot, drops};
+
+use super::{MAX_PROBE, Writer};
+
+const KEY: u64 = offset_of!(MarkSlot, key) as u64;
+const DEVICE: u64 = offset_of!(MarkSlot, device) as u64;
+const STREAM: u64 = offset_of!(MarkSlot, stream) as u64;
+const DONE: u64 = offset_of!(MarkSlot, done) as u64;
+const DONE_AT: u64 = offset_of!(MarkSlot, done_at_ns) as u64;
+
+impl Writer {
+    fn mark_off(&self, i: u32) -> u64 {
+        self.layout.marks_off() + i as u64 * size_of::<MarkSlot>() as u64
+    }
+
+    pub fn marks_cap(&self) -> u32 {
+        self.layout.marks_cap
+    }
+
+    /// The mark slot of stream `key` (CUPTI stream id + 1, never 0), claimed on first use;
+    /// `None` (counted) when the table is full around its home.
+    pub fn mark_slot(&self, key: u32, device: u32, stream: u64) -> Option<u32> {
+        let cap = self.layout.marks_cap;
+        let home = self.home(key as u64, cap);
+        for k in 0..cap.min(MAX_PROBE) {
+            let i = (home + k) % cap;
+            let off = self.mark_off(i);
+            // Every launch looks its stream up: a plain load in the common case, not a CAS
+            // that would take the cache line from other launching threads.
+            match self.half(off + KEY).load(Acquire) {
+                k if k == key => return Some(i),
+                0 => {}
+                _ => continue,
+            }
+            match self.half(off + KEY).compare_exchange(0, key, AcqRel, Acquire) {
+                Ok(_) => {
+                    self.half(off + DEVICE).store(device, Relaxed);
+                    self.word(off + STREAM).store(stream, Release);
+                    return Some(i);
+                }
+                Err(k) if k == key => return Some(i),
+                Err(_) => {}
+            }
+        }
+        self.count_drop(drops::MARKS_FULL);
+        None
+    }
+
+    /// Hands the writer the progress words (`marks_cap` of them) the GPU writes.
+    ///
+    /// # Safety
+    /// `words` must point to `marks_cap` u64s, 8-aligned, that stay mapped for the process's
+    /// life and are only ever accessed atomically from the CPU.
+    pub unsafe fn set_mark_words(&self, words: *mut u64) {
+        self.marks_done.store(words.cast(), Release);
+    }
+
+    /// Stream `i`'s progress word (0 before any mark passed).
+    pub fn mark_done(&self, i: u32) -> u64 {
+        let p = self.marks_done.load(Acquire);
+        if p.is_null() || i >= self.layout.marks_cap {
+            return 0;
+        }
+        // SAFETY: `set_mark_words` contract: `marks_cap` atomics.
+        unsafe { &*p.add(i as usize) }.load(Acquire)
+    }
+
+    /// Copies every claimed stream's progress word into its journal slot, noting when a value
+    /// was first seen (flush thread, every 100 ms).
+    pub fn publish_marks(&self, now_ns: u64) {
+        if self.marks_done.load(Relaxed).is_null() {
+            return;
+        }
+        for i in 0..self.layout.marks_cap {
+            let off = self.mark_off(i);
+            if self.half(off + KEY).load(Relaxed) == 0 {
+                continue;
+            }
+            let done = self.mark_done(i);
+            let slot: &AtomicU64 = self.word(off + DONE);
+            if slot.load(Relaxed) != done {
+                self.word(off + DONE_AT).store(now_ns, Relaxed);
+                slot.store(done, Release);
+            }
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Stream progress marks: how the shim learns that kernels completed without a per-kernel
+//! completion record. After a launch, when the stream has had `every` launches or `us` µs
+//! since its last mark, the shim enqueues `cuStreamWriteValue64(stream, word, correlation)`:
+//! the GPU writes the launch's correlation id into pinned host memory once everything before
+//! it on the stream has run. Everything up to a passed mark has completed; a stuck kernel is
+//! among the launches after the last passed mark, up to the first launch with a mark after it.
+//!
+//! Why: per-kernel CONCURRENT_KERNEL records cost ~0.9 µs of CPU per eager launch and ~0.5 µs
+//! of GPU time per graph kernel node on the H200 (18% and 5.5% of a serving workload); a mark
+//! costs about one stream-ordered write (~0.8 µs, notes/gpu-machine.md) per `every` launches,
+//! and graph launches get one each (not one per node).
+//!
+//! Naming stays exact where marks bracket the stuck kernel alone: a stream whose launches come
+//! `us` µs apart or more is marked after every launch, and after an idle gap of `us` the last
+//! launch before the gap is marked before the next one is launched. Elsewhere the verdict lists
+//! the candidates (`FLAG_MARKED`, probe-user's `kernels`), never one guessed name.
+//!
+//! A stream's last launch before it goes quiet would stay unproven (and age into a false
+//! wedge): the flush thread marks a stream whose latest launch is unmarked and 100 ms old
+//! (`idle_marks`), from its own thread with the stream's context made current — never a stream
+//! or context whose destruction has started (CUPTI resource callbacks, under the slot's lock),
+//! and never a per-thread default stream (that handle means the calling thread's own).
+//!
+//! State: one `StreamState` per journal mark slot (same index), updated by the launching
+//! threads with relaxed atomics (a stream is normally launched to by one thread; a race costs
+//! one mark too many or too few, never a wrong retirement). The pinned words are allocated at
+//! the first launch (a context is current then), once per process.
+
+use std::{
+    ffi::c_void,
+    sync::{
+        Mutex, OnceLock,
+        atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::*},
+    },
+};
+
+use crate::{driver, journal::Writer};
+
+/// `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP` (cuda.h).
+const HOST_ALLOC_FLAGS: u32 = 0x01 | 0x02;
+/// `CU_STREAM_PER_THREAD`: the calling thread's default stream, valid wherever a CUstream is.
+pub const STREAM_PER_THREAD: u64 = 0x2;
+
+/// Defaults, from the H200 measurements in BENCHMARKS.md: a mark per 8 launches costs
+/// ~0.1 µs per launch; 100 µs bounds a stream's marks to ~0.8% of one thread's time.
+pub const DEFAULT_EVERY: u32 = 8;
+pub const DEFAULT_US: u32 = 100;
+
+/// A stream's last launch is marked by the flush thread once it is this old.
+const IDLE_NS: u64 = 100_000_000;
+
+#[derive(Default)]
+struct StreamState {
+    since_mark: AtomicU32,
+    last_mark_ns: AtomicU64,
+    last_launch_ns: AtomicU64,
+    /// Correlation id of the stream's latest successful launch, and of its latest mark.
+    last_corr: AtomicU64,
+    last_marked: AtomicU64,
+    /// For idle marks: the stream's handle and context (0: unknown), and whether its
+    /// destruction has begun. `gone` and the idle mark are serialised by `idle_lock`.
+    stream: AtomicU64,
+    ctx: AtomicU64,
+    gone: AtomicBool,
+    idle_lock: Mutex<()>,
+}
+
+pub struct Marks {
+    every: u32,
+    every_ns: u64,
+    streams: Box<[StreamState]>,
+    /// 0 = words not allocated yet, 1 = allocating, 2 = ready, 3 = failed for good.
+    status: AtomicU8,
+    device_words: AtomicU64,
+}
+
+static MARKS: OnceLock<Marks> = OnceLock::new();
+
+const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+/// Turns marks on for a journal of `cap` streams (at initialisation, off the launch path).
+pub fn init(cap: u32, every: u32, us: u32) -> &'static Marks {
+    MARKS.get_or_init(|| Marks {
+        every: every.max(1),
+        every_ns: us as u64 * 1_000,
+        streams: (0..cap).map(|_| StreamState::default()).collect(),
+        status: AtomicU8::new(0),
+        device_words: AtomicU64::new(0),
+    })
+}
+
+pub fn get() -> Option<&'static Marks> {
+    MARKS.get()
+}
+
+/// What `before_launch` decided, for `after_launch`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pending {
+    pub slot: u32,
+    pub stream: u64,
+    pub mark_after: bool,
+    pub now_ns: u64,
+}
+
+impl Marks {
+    /// Allocates the pinned words the GPU writes, once: called on a launch (a context is
+    /// current). `Err` means marks cannot work in this process and the caller falls back.
+    pub fn ensure_words(&self, writer: &Writer) -> Result<bool, &'static str> {
+        match self.status.load(Acquire) {
+            READY => return Ok(true),
+            FAILED => return Err("marks unavailable"),
+            0 => {}
+            _ => return Ok(false), // another thread is allocating: no mark this time
+        }
+        if self
+            .status
+            .compare_exchange(0, 1, AcqRel, Acquire)
+            .is_err()
+        {
+            return Ok(self.status.load(Acquire) == READY);
+        }
+        match allocate(self.streams.len()) {
+            Ok((host, device)) => {
+                // SAFETY: `host` holds `streams.len()` (= marks_cap) zeroed u64s, pinned for the
+                // process's life; the GPU writes them, the CPU reads them atomically.
+                unsafe { writer.set_mark_words(host.cast()) };
+                self.device_words.store(device, Release);
+                self.status.store(READY, Release);
+                Ok(true)
+            }
+            Err(why) => {
+                self.status.store(FAILED, Release);
+                Err(why)
+            }
+        }
+    }
+
+    /// Before a launch on the stream of mark slot `slot`: after an idle gap of `us` or more
+    /// since the stream's last launch, marks that launch first (so the new launch starts a
+    /// window of its own), and says whether to mark after this launch.
+    pub fn before_launch(&self, writer: &Writer, slot: u32, stream: u64, now_ns: u64) -> Pending {
+        let Some(s) = self.streams.get(slot as usize) else {
+            return Pending::default();
+        };
+        let last = s.last_corr.load(Relaxed);
+        let gap = now_ns.saturating_sub(s.last_launch_ns.load(Relaxed));
+        if last != 0 && last > s.last_marked.load(Relaxed) && gap >= self.every_ns {
+            self.mark(writer, s, slot, stream, last, now_ns);
+        }
+        let mark_after = s.since_mark.load(Relaxed) + 1 >= self.every
+            || now_ns.saturating_sub(s.last_mark_ns.load(Relaxed)) >= self.every_ns;
+        Pending {
+            slot,
+            stream,
+            mark_after,
+            now_ns,
+        }
+    }
+
+    /// The context a stream's launches run in (for idle marks from the flush thread).
+    pub fn set_context(&self, slot: u32, stream: u64, ctx: u64) {
+        if let Some(s) = self.streams.get(slot as usize)
+            && s.ctx.load(Relaxed) != ctx
+        {
+            s.stream.store(stream, Relaxed);
+            s.ctx.store(ctx, Release);
+        }
+    }
+
+    /// Destruction of `stream` (or, with `stream` 0, of every stream of `ctx`) has started:
+    /// the flush thread must not touch it again.
+    pub fn forget(&self, ctx: u64, stream: u64) {
+        for s in self.streams.iter() {
+            if s.ctx.load(Acquire) == ctx && (stream == 0 || s.stream.load(Relaxed) == stream) {
+                let _guard = s.idle_lock.lock();
+                s.gone.store(true, Release);
+            }
+        }
+    }
+
+    /// Flush thread: marks streams whose latest launch is unmarked and `IDLE_NS` old.
+    pub fn idle_marks(&self, writer: &Writer, now_ns: u64) {
+        if self.status.load(Acquire) != READY {
+            return;
+        }
+        let Some(set_current) = driver::driver().ctx_set_current else {
+            return;
+        };
+        for (slot, s) in self.streams.iter().enumerate() {
+            let last = s.last_corr.load(Relaxed);
+            let (stream, ctx) = (s.stream.load(Relaxed), s.ctx.load(Acquire));
+            if last == 0
+                || last <= s.last_marked.load(Relaxed)
+                || now_ns.saturating_sub(s.last_launch_ns.load(Relaxed)) < IDLE_NS
+                || ctx == 0
+                || stream == STREAM_PER_THREAD
+            {
+                continue;
+            }
+            let Ok(_guard) = s.idle_lock.lock() else {
+                continue;
+            };
+            if s.gone.load(Acquire) {
+                continue;
+            }
+            // SAFETY: a context whose destruction has not started (checked under the lock
+            // its destroy callback takes), made current on our own thread.
+            if unsafe { set_current(ctx as *mut c_void) } != 0 {
+                continue;
+            }
+            self.mark(writer, s, slot as u32, stream, last, now_ns);
+        }
+    }
+
+    /// After the launch `correlation` returned `ok`.
+    pub fn after_launch(&self, writer: &Writer, p: Pending, correlation: u64, ok: bool) {
+        let Some(s) = self.streams.get(p.slot as usize) else {
+            return;
+        };
+        if !ok {
+            writer.launch_failed(correlation);
+            return;
+        }
+        s.last_corr.store(correlation, Relaxed);
+        s.last_launch_ns.store(p.now_ns, Relaxed);
+        if p.mark_after {
+            self.mark(writer, s, p.slot, p.stream, correlation, p.now_ns);
+        } else {
+            s.since_mark.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// A graph launch: always marked (one mark per launch of ~hundreds of kernel nodes).
+    pub fn after_graph_launch(&self, writer: &Writer, p: Pending, correlation: u64, ok: bool) {
+        self.after_launch(
+            writer,
+            Pending {
+                mark_after: true,
+                ..p
+            },
+            correlation,
+            ok,
+        );
+    }
+
+    fn mark(
+        &self,
+        writer: &Writer,
+        s: &StreamState,
+        slot: u32,
+        stream: u64,
+        correlation: u64,
+        now_ns: u64,
+    ) {
+        let base = self.device_words.load(Acquire);
+        let d = driver::driver();
+        let (Some(write), Some(capturing)) = (d.write_value64, d.is_capturing) else {
+            return;
+        };
+        if base == 0 {
+            return;
+        }
+        // A write on a stream being captured would become a node of the user's graph (and
+        // every replay would write a stale value): never mark a capturing stream.
+        let mut status = u32::MAX;
+        // SAFETY: a stream handle the process just used; an out-pointer.
+        if unsafe { capturing(stream as *mut c_void, &mut status) } != 0 || status != 0 {
+            return;
+        }
+        // SAFETY: a stream the process just launched on, a device address of our pinned
+        // words (slot < marks_cap), no flags: a plain stream-ordered 64-bit write.
+        let r = unsafe { write(stream as *mut c_void, base + slot as u64 * 8, correlation, 0) };
+        if r != 0 {
+            writer.count_drop(probe_common::journal::drops::MARK_FAILED);
+            return;
+        }
+        writer.set_marked(correlation);
+        s.last_marked.store(correlation, Relaxed);
+        s.last_mark_ns.store(now_ns, Relaxed);
+        s.since_mark.store(0, Relaxed);
+    }
+}
+
+/// Pinned, device-mapped, zeroed memory for `n` progress words: (host, device address).
+fn allocate(n: usize) -> Result<(*mut u64, u64), &'static str> {
+    let d = driver::driver();
+    let (Some(alloc), Some(dev_ptr), Some(_), Some(_)) = (
+        d.host_alloc,
+        d.host_device_pointer,
+        d.write_value64,
+        d.is_capturing,
+    ) else {
+        return Err(
+            "stream marks unavailable: libcuda lacks cuMemHostAlloc, cuMemHostGetDevicePointer_v2, cuStreamWriteValue64 or cuStreamIsCapturing",
+        );
+    };
+    let bytes = n.max(1) * 8;
+    let mut host: *mut c_void = std::ptr::null_mut();
+    // SAFETY: out-pointer and flags as documented; a context is current (we are in a launch).
+    if unsafe { alloc(&mut host, bytes, HOST_ALLOC_FLAGS) } != 0 || host.is_null() {
+        return Err("cuMemHostAlloc for the stream marks failed");
+    }
+    // SAFETY: `bytes` writable bytes just allocated.
+    unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
+    let mut device = 0u64;
+    // SAFETY: pinned memory allocated with DEVICEMAP; out-pointer.
+    if unsafe { dev_ptr(&mut device, host, 0) } != 0 || device == 0 {
+        return Err("cuMemHostGetDevicePointer for the stream marks failed");
+    }
+    Ok((host.cast(), device))
+}
