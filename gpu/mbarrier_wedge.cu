@@ -7,6 +7,11 @@
 //   mbarrier_wedge launch RELEASE_S [DELAY_S]   after the wedge, keep launching on the same
 //                                               stream: blocks once the queue is full
 //   mbarrier_wedge sync   RELEASE_S [DELAY_S]   after the wedge, cudaStreamSynchronize
+//   mbarrier_wedge lazy   RELEASE_S [DELAY_S]   after the wedge, the first launch of a kernel
+//                                               never launched before: with lazy loading (the
+//                                               default) the launch blocks loading it
+//   mbarrier_wedge burst  RELEASE_S [DELAY_S]   as launch, but the wedged kernel comes right
+//                                               after 3 other launches (no gap between them)
 // DELAY_S (default 0) waits after CUDA initialisation, before the wedge, so a probe can
 // attach first.
 #include <cuda_runtime.h>
@@ -46,6 +51,10 @@ __global__ void decode_step_kernel(float *x) {
     if (x) x[threadIdx.x] += 1.0f;
 }
 
+__global__ void late_loaded_kernel(float *x) {
+    if (x) x[threadIdx.x] -= 1.0f;
+}
+
 static volatile int *flag;
 static double release_s;
 
@@ -65,13 +74,17 @@ static double now_s() {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s launch|sync RELEASE_S [DELAY_S]\n", argv[0]);
+        fprintf(stderr, "usage: %s launch|sync|lazy|burst RELEASE_S [DELAY_S]\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1];
     release_s = atof(argv[2]);
     double delay_s = argc > 3 ? atof(argv[3]) : 0;
     pthread_setname_np(pthread_self(), strcmp(mode, "sync") ? "launcher" : "syncer");
+    if (strcmp(mode, "launch") && strcmp(mode, "sync") && strcmp(mode, "lazy") && strcmp(mode, "burst")) {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
     // Initialise CUDA first (the runtime loads libcuda now), then wait: a probe attached
     // during the delay sees the kernels looked up and every call begin.
     CHECK(cudaSetDeviceFlags(cudaDeviceMapHost));
@@ -92,13 +105,20 @@ int main(int argc, char **argv) {
 
     pthread_t t;
     pthread_create(&t, NULL, releaser, NULL);
+    if (!strcmp(mode, "burst"))
+        for (int i = 0; i < 3; i++) decode_step_kernel<<<4, 32, 0, s>>>(x);
     double t0 = now_s();
     unsigned long long budget_ns = (unsigned long long)((release_s + 20) * 1e9);
     attn_mbarrier_wedge_kernel<<<dim3(132, 1, 1), dim3(128, 1, 1), 0, s>>>(dev_flag, budget_ns);
     CHECK(cudaGetLastError());
     fprintf(stderr, "mbarrier_wedge: pid %d wedged at %.3f (mode %s)\n", getpid(), t0, mode);
-    if (!strcmp(mode, "launch")) {
+    if (!strcmp(mode, "launch") || !strcmp(mode, "burst")) {
         for (int i = 0; i < 3000; i++) decode_step_kernel<<<2, 64, 0, s>>>(x);
+    }
+    if (!strcmp(mode, "lazy")) {
+        usleep(200000);
+        late_loaded_kernel<<<1, 32, 0, s>>>(x);
+        CHECK(cudaGetLastError());
     }
     CHECK(cudaStreamSynchronize(s));
     fprintf(stderr, "mbarrier_wedge: done after %.2f s\n", now_s() - t0);

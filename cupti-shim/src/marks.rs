@@ -11,8 +11,8 @@
 //! and graph launches get one each (not one per node).
 //!
 //! Naming stays exact where marks bracket the stuck kernel alone: a stream whose launches come
-//! `us` µs apart or more is marked after every launch, and after an idle gap of `us` the last
-//! launch before the gap is marked before the next one is launched. Elsewhere the verdict lists
+//! `us` µs apart or more is marked after every launch, and the first launch after an idle gap
+//! of `us` gets marks on both sides (the launch before the gap is marked first). Elsewhere the verdict lists
 //! the candidates (`FLAG_MARKED`, probe-user's `kernels`), never one guessed name.
 //!
 //! A stream's last launch before it goes quiet would stay unproven (and age into a false
@@ -145,10 +145,16 @@ impl Marks {
         };
         let last = s.last_corr.load(Relaxed);
         let gap = now_ns.saturating_sub(s.last_launch_ns.load(Relaxed));
-        if last != 0 && last > s.last_marked.load(Relaxed) && gap >= self.every_ns {
+        // The first launch after an idle gap gets a window of its own: marks on both sides.
+        // (Wedges often strike the first kernel after a synchronize.) Only when the launch
+        // before the gap is unmarked, so at most two marks per gap of `us`.
+        let after_gap =
+            last != 0 && last > s.last_marked.load(Relaxed) && gap >= self.every_ns;
+        if after_gap {
             self.mark(writer, s, slot, stream, last, now_ns);
         }
-        let mark_after = s.since_mark.load(Relaxed) + 1 >= self.every
+        let mark_after = after_gap
+            || s.since_mark.load(Relaxed) + 1 >= self.every
             || now_ns.saturating_sub(s.last_mark_ns.load(Relaxed)) >= self.every_ns;
         Pending {
             slot,
