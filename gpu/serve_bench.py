@@ -9,6 +9,8 @@ GPU. Two measurements, one JSON line:
   and replayed — steps/s over GRAPH_S seconds.
 
     python3 gpu/serve_bench.py [REPS] [GRAPH_S]
+    python3 gpu/serve_bench.py loop SECONDS     a healthy serving loop (eager generations and
+                                                graph replays alternating) for SECONDS
 If WP_GO is set, prints "ready" once warmed up and waits for that file (the driver starts the
 daemon in between, so attaching is not measured).
 """
@@ -69,7 +71,26 @@ def graph_step(model, cfg):
     return g, out
 
 
+def loop(seconds):
+    model, cfg = build()
+    prompt = torch.randint(0, cfg.vocab_size, (BATCH, PROMPT), device="cuda")
+    g, _ = graph_step(model, cfg)
+    gens = replays = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        generate(model, prompt)
+        gens += 1
+        for _ in range(200):
+            g.replay()
+        torch.cuda.synchronize()
+        replays += 200
+    print(json.dumps({"seconds": time.perf_counter() - t0, "generations": gens,
+                      "graph_replays": replays}), flush=True)
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "loop":
+        return loop(float(sys.argv[2]))
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     graph_s = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
     model, cfg = build()

@@ -51,12 +51,27 @@ static RELEASED: AtomicBool = AtomicBool::new(false);
 
 /// Resource callbacks that describe CUDA graphs, and the destruction of streams and contexts
 /// (idle marks must never touch them again). All rare: graph construction, teardown.
-const RESOURCE_CBIDS: [u32; 5] = [
+const RESOURCE_CBIDS: [u32; 6] = [
+    CUPTI_CBID_RESOURCE_CONTEXT_CREATED,
     CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
     CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
     CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED,
     CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING,
     CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+];
+
+/// Stream captures beginning (at their successful exit) and ending: marks stay clear of them.
+const CAPTURE_BEGIN_CBIDS: [u32; 6] = [
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
+];
+const CAPTURE_END_CBIDS: [u32; 2] = [
+    CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz,
 ];
 
 /// Driver callback ids traced, with their `probe_common::api` ids.
@@ -144,6 +159,12 @@ pub fn attach() -> Result<(), String> {
                 (c.cuptiEnableCallback)(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, cbid),
             )?;
         }
+        for cbid in CAPTURE_BEGIN_CBIDS.into_iter().chain(CAPTURE_END_CBIDS) {
+            check(
+                "cuptiEnableCallback (capture)",
+                (c.cuptiEnableCallback)(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, cbid),
+            )?;
+        }
         for cbid in RESOURCE_CBIDS {
             check(
                 "cuptiEnableCallback (resource)",
@@ -168,7 +189,9 @@ pub fn attach() -> Result<(), String> {
         .spawn(|| {
             let mut last_forced = 0u64;
             loop {
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(
+                    recorder::get().map_or(Duration::from_millis(100), |r| r.flush_period()),
+                );
                 let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
                     continue;
                 };
@@ -288,6 +311,21 @@ unsafe extern "C" fn on_api(
         if domain != CUPTI_CB_DOMAIN_DRIVER_API {
             return;
         }
+        let begin = CAPTURE_BEGIN_CBIDS.contains(&cbid);
+        if begin || CAPTURE_END_CBIDS.contains(&cbid) {
+            // SAFETY: CUPTI passes a CUpti_CallbackData for the driver domain.
+            if let Some(d) = unsafe { data.cast::<CUpti_CallbackData>().as_ref() }
+                && d.callbackSite == CUPTI_API_EXIT
+            {
+                // SAFETY: for the driver domain the return value is a CUresult.
+                let ok = unsafe { d.functionReturnValue.cast::<u32>().as_ref() }
+                    .is_some_and(|r| *r == 0);
+                if !begin || ok {
+                    crate::marks::capture(begin);
+                }
+            }
+            return;
+        }
         let (Some(rec), Some((api, per_thread))) = (recorder::get(), api_of(cbid)) else {
             return;
         };
@@ -360,6 +398,7 @@ unsafe extern "C" fn on_api(
                 graph_id,
                 ..Launch::default()
             },
+            d.context as u64,
         );
         rec.launch_context(mark, stream, d.context as u64);
     });
@@ -393,6 +432,13 @@ unsafe fn on_resource(cbid: u32, data: *const CUpti_ResourceData) {
     let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
         return;
     };
+    if cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED {
+        // SAFETY: valid during the callback.
+        if let Some(d) = unsafe { data.as_ref() } {
+            rec.context_created(d.context as u64);
+        }
+        return;
+    }
     if cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING
         || cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING
     {

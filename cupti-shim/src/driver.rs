@@ -25,6 +25,10 @@ pub type IsCapturing = unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
 pub type CtxGetDevice = unsafe extern "C" fn(*mut i32) -> u32;
 /// `cuCtxSetCurrent(ctx)`: the flush thread's idle marks run in the stream's context.
 pub type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> u32;
+/// `cuThreadExchangeStreamCaptureMode(&mode)`.
+pub type ExchangeCaptureMode = unsafe extern "C" fn(*mut u32) -> u32;
+pub type CtxPush = unsafe extern "C" fn(*mut c_void) -> u32;
+pub type CtxPop = unsafe extern "C" fn(*mut *mut c_void) -> u32;
 
 pub struct Driver {
     get_params: Option<GetParams>,
@@ -36,6 +40,9 @@ pub struct Driver {
     pub is_capturing: Option<IsCapturing>,
     pub ctx_get_device: Option<CtxGetDevice>,
     pub ctx_set_current: Option<CtxSetCurrent>,
+    pub exchange_capture_mode: Option<ExchangeCaptureMode>,
+    pub ctx_push: Option<CtxPush>,
+    pub ctx_pop: Option<CtxPop>,
 }
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
@@ -92,6 +99,16 @@ pub fn driver() -> &'static Driver {
                 )),
                 ctx_set_current: std::mem::transmute::<*mut c_void, Option<CtxSetCurrent>>(sym(
                     c"cuCtxSetCurrent",
+                )),
+                exchange_capture_mode: std::mem::transmute::<
+                    *mut c_void,
+                    Option<ExchangeCaptureMode>,
+                >(sym(c"cuThreadExchangeStreamCaptureMode")),
+                ctx_push: std::mem::transmute::<*mut c_void, Option<CtxPush>>(sym(
+                    c"cuCtxPushCurrent_v2",
+                )),
+                ctx_pop: std::mem::transmute::<*mut c_void, Option<CtxPop>>(sym(
+                    c"cuCtxPopCurrent_v2",
                 )),
             }
         }

@@ -92,7 +92,11 @@ fn init() -> Result<(), String> {
                     rec.take_fallback();
                     rec.heartbeat();
                 }
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                std::thread::sleep(
+                    recorder::get().map_or(std::time::Duration::from_millis(100), |r| {
+                        r.flush_period()
+                    }),
+                );
             }
         })
         .map_err(|e| format!("cannot start its heartbeat thread: {e}"))?;

@@ -21,6 +21,15 @@
 //! or context whose destruction has started (CUPTI resource callbacks, under the slot's lock),
 //! and never a per-thread default stream (that handle means the calling thread's own).
 //!
+//! Capture safety (a stream being captured into a CUDA graph must never see our calls): the
+//! pinned words are allocated by the flush thread, never by a launching thread (an
+//! allocation during a capture in the default global mode fails *and invalidates the user's
+//! capture* — seen on the H200), with its capture interaction mode set to relaxed and only
+//! while no capture is in progress (`captures`, from CUPTI's callbacks on cuStreamBeginCapture
+//! and cuStreamEndCapture); a mark is never enqueued on a stream that is capturing
+//! (cuStreamIsCapturing, asked only while some capture is in progress), nor on the legacy
+//! default stream then, and idle marks wait for captures to end.
+//!
 //! State: one `StreamState` per journal mark slot (same index), updated by the launching
 //! threads with relaxed atomics (a stream is normally launched to by one thread; a race costs
 //! one mark too many or too few, never a wrong retirement). The pinned words are allocated at
@@ -72,6 +81,10 @@ pub struct Marks {
     /// 0 = words not allocated yet, 1 = allocating, 2 = ready, 3 = failed for good.
     status: AtomicU8,
     device_words: AtomicU64,
+    /// The context of the first launch: the flush thread allocates the words in it.
+    want_ctx: AtomicU64,
+    /// Stream captures in progress in the process (begun and not ended).
+    captures: AtomicU32,
 }
 
 static MARKS: OnceLock<Marks> = OnceLock::new();
@@ -87,7 +100,22 @@ pub fn init(cap: u32, every: u32, us: u32) -> &'static Marks {
         streams: (0..cap).map(|_| StreamState::default()).collect(),
         status: AtomicU8::new(0),
         device_words: AtomicU64::new(0),
+        want_ctx: AtomicU64::new(0),
+        captures: AtomicU32::new(0),
     })
+}
+
+/// A stream capture began (`true`) or ended, as CUPTI's callbacks report it.
+pub fn capture(begun: bool) {
+    if let Some(m) = MARKS.get() {
+        if begun {
+            m.captures.fetch_add(1, AcqRel);
+        } else {
+            let _ = m
+                .captures
+                .fetch_update(AcqRel, Acquire, |c| Some(c.saturating_sub(1)));
+        }
+    }
 }
 
 pub fn get() -> Option<&'static Marks> {
@@ -104,30 +132,49 @@ pub struct Pending {
 }
 
 impl Marks {
-    /// Allocates the pinned words the GPU writes, once: called on a launch (a context is
-    /// current). `Err` means marks cannot work in this process and the caller falls back.
-    pub fn ensure_words(&self, writer: &Writer) -> Result<bool, &'static str> {
-        match self.status.load(Acquire) {
-            READY => return Ok(true),
-            FAILED => return Err("marks unavailable"),
-            0 => {}
-            _ => return Ok(false), // another thread is allocating: no mark this time
+    /// Whether marks can be enqueued now; the first call names the context the flush thread
+    /// is to allocate the pinned words in.
+    pub fn ready(&self, ctx: u64) -> bool {
+        if self.status.load(Acquire) == READY {
+            return true;
         }
-        if self
-            .status
-            .compare_exchange(0, 1, AcqRel, Acquire)
-            .is_err()
-        {
-            return Ok(self.status.load(Acquire) == READY);
+        if ctx != 0 {
+            let _ = self.want_ctx.compare_exchange(0, ctx, AcqRel, Relaxed);
         }
-        match allocate(self.streams.len()) {
+        false
+    }
+
+    /// Whether the flush thread has words to allocate (it then polls every 10 ms, not 100).
+    pub fn allocation_wanted(&self) -> bool {
+        self.status.load(Acquire) == 0 && self.want_ctx.load(Acquire) != 0
+    }
+
+    /// Flush thread: allocates the pinned words once a launch named a context and no capture
+    /// is in progress — the backup for a process whose contexts were created before the shim
+    /// was there. `Err` means marks cannot work in this process and the caller falls back.
+    pub fn allocate_if_wanted(&self, writer: &Writer) -> Result<(), &'static str> {
+        let ctx = self.want_ctx.load(Acquire);
+        if ctx == 0 || self.captures.load(Acquire) != 0 {
+            return Ok(());
+        }
+        self.allocate_in(writer, ctx)
+    }
+
+    /// Allocates the pinned words in context `ctx`, once per process: called as a context is
+    /// created (nothing can be capturing in it yet) or from the flush thread. The calling
+    /// thread's capture mode is relaxed for the allocation and restored after.
+    pub fn allocate_in(&self, writer: &Writer, ctx: u64) -> Result<(), &'static str> {
+        if self.status.compare_exchange(0, 1, AcqRel, Acquire).is_err() {
+            return Ok(());
+        }
+        match allocate(self.streams.len(), ctx) {
             Ok((host, device)) => {
                 // SAFETY: `host` holds `streams.len()` (= marks_cap) zeroed u64s, pinned for the
                 // process's life; the GPU writes them, the CPU reads them atomically.
                 unsafe { writer.set_mark_words(host.cast()) };
                 self.device_words.store(device, Release);
                 self.status.store(READY, Release);
-                Ok(true)
+                Ok(())
             }
             Err(why) => {
                 self.status.store(FAILED, Release);
@@ -187,7 +234,7 @@ impl Marks {
 
     /// Flush thread: marks streams whose latest launch is unmarked and `IDLE_NS` old.
     pub fn idle_marks(&self, writer: &Writer, now_ns: u64) {
-        if self.status.load(Acquire) != READY {
+        if self.status.load(Acquire) != READY || self.captures.load(Acquire) != 0 {
             return;
         }
         let Some(set_current) = driver::driver().ctx_set_current else {
@@ -268,9 +315,16 @@ impl Marks {
             return;
         }
         // A write on a stream being captured would become a node of the user's graph (and
-        // every replay would write a stale value): never mark a capturing stream.
+        // every replay would write a stale value), and a call another thread's capture in the
+        // global mode deems unsafe would invalidate that capture: while any capture is in
+        // progress, no marks at all (captures are rare and short; the next mark after it
+        // covers the launches made meanwhile). cuStreamIsCapturing double-checks the stream.
+        if self.captures.load(Acquire) != 0 {
+            return;
+        }
         let mut status = u32::MAX;
-        // SAFETY: a stream handle the process just used; an out-pointer.
+        // SAFETY: a stream handle the process just used; an out-pointer. (A pure query,
+        // permitted during captures.)
         if unsafe { capturing(stream as *mut c_void, &mut status) } != 0 || status != 0 {
             return;
         }
@@ -288,22 +342,57 @@ impl Marks {
     }
 }
 
-/// Pinned, device-mapped, zeroed memory for `n` progress words: (host, device address).
-fn allocate(n: usize) -> Result<(*mut u64, u64), &'static str> {
+/// `CU_STREAM_CAPTURE_MODE_RELAXED` (cuda.h): this thread may make calls that are unsafe
+/// during a capture even while another thread captures in the global mode.
+const CAPTURE_MODE_RELAXED: u32 = 2;
+
+/// Pinned, device-mapped, zeroed memory for `n` progress words, allocated in context `ctx`
+/// (pushed for the call) with this thread's capture mode relaxed: (host, device address).
+fn allocate(n: usize, ctx: u64) -> Result<(*mut u64, u64), &'static str> {
     let d = driver::driver();
-    let (Some(alloc), Some(dev_ptr), Some(_), Some(_)) = (
+    let (Some(alloc), Some(dev_ptr), Some(_), Some(_), Some(push), Some(pop), Some(exchange)) = (
         d.host_alloc,
         d.host_device_pointer,
         d.write_value64,
         d.is_capturing,
+        d.ctx_push,
+        d.ctx_pop,
+        d.exchange_capture_mode,
     ) else {
         return Err(
-            "stream marks unavailable: libcuda lacks cuMemHostAlloc, cuMemHostGetDevicePointer_v2, cuStreamWriteValue64 or cuStreamIsCapturing",
+            "stream marks unavailable: libcuda lacks cuMemHostAlloc, cuMemHostGetDevicePointer_v2, cuStreamWriteValue64, cuStreamIsCapturing, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2 or cuThreadExchangeStreamCaptureMode",
         );
     };
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: an in/out pointer to a valid mode; restored below.
+    if unsafe { exchange(&mut mode) } != 0 {
+        return Err("stream marks unavailable: cannot relax the thread's capture mode");
+    }
+    // SAFETY: a context that exists (being created, or a launch ran in it); popped below.
+    let pushed = unsafe { push(ctx as *mut c_void) } == 0;
+    let result = if pushed {
+        pinned(alloc, dev_ptr, n)
+    } else {
+        Err("stream marks unavailable: cannot make the context current")
+    };
+    if pushed {
+        let mut popped: *mut c_void = std::ptr::null_mut();
+        // SAFETY: pops what was pushed above.
+        unsafe { pop(&mut popped) };
+    }
+    // SAFETY: restores the mode this thread had.
+    unsafe { exchange(&mut mode) };
+    result
+}
+
+fn pinned(
+    alloc: driver::HostAlloc,
+    dev_ptr: driver::HostDevicePointer,
+    n: usize,
+) -> Result<(*mut u64, u64), &'static str> {
     let bytes = n.max(1) * 8;
     let mut host: *mut c_void = std::ptr::null_mut();
-    // SAFETY: out-pointer and flags as documented; a context is current (we are in a launch).
+    // SAFETY: out-pointer and flags as documented; the context is current on this thread.
     if unsafe { alloc(&mut host, bytes, HOST_ALLOC_FLAGS) } != 0 || host.is_null() {
         return Err("cuMemHostAlloc for the stream marks failed");
     }

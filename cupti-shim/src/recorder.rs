@@ -186,21 +186,21 @@ impl Recorder {
     /// A kernel launch; `name` is the mangled kernel name as the callback gives it. A graph
     /// launch (`launch.graph_id` = its executable graph) waits for that graph's kernel nodes.
     pub fn launch(&self, name: &[u8], launch: Launch) {
-        let _ = self.launch_keyed(name, 0, launch);
+        let _ = self.launch_keyed(name, 0, launch, 0);
     }
 
     /// `launch` with `key` = the address the name came from (0: no caching). `launch.stream`
     /// must be a handle valid for the launching thread (the per-thread default stream as
     /// `marks::STREAM_PER_THREAD`): marks are written to it.
     /// Returns the stream's mark slot + 1 (0: none).
-    pub fn launch_keyed(&self, name: &[u8], key: usize, mut launch: Launch) -> u32 {
+    pub fn launch_keyed(&self, name: &[u8], key: usize, mut launch: Launch, ctx: u64) -> u32 {
         launch.name_id = self.name_id(name, key);
         launch.tid = gettid();
         let graph = launch.graph_id != 0;
         if graph {
             launch.nodes_pending = self.writer.graph_exec_kernels(launch.graph_id);
         }
-        let pending = self.mark_decision(&mut launch);
+        let pending = self.mark_decision(&mut launch, ctx);
         IN_LAUNCH.with(|l| l.set((launch.correlation, launch.name_id)));
         self.writer.launch(&launch);
         PENDING.with(|p| p.set(pending.map(|d| (launch.correlation, graph, d))));
@@ -208,31 +208,48 @@ impl Recorder {
     }
 
     /// In marks mode: the stream's mark slot (into `launch.mark`), a mark before the launch
-    /// after an idle gap, and whether to mark after it.
-    fn mark_decision(&self, launch: &mut Launch) -> Option<Pending> {
+    /// after an idle gap, and whether to mark after it. `ctx`: the launch's context (the first
+    /// one named is where the flush thread allocates the marks' memory).
+    fn mark_decision(&self, launch: &mut Launch, ctx: u64) -> Option<Pending> {
         if self.writer.record_mode() != RECORD_MARKS {
             return None;
         }
         let m = marks::get()?;
-        match m.ensure_words(&self.writer) {
-            Ok(true) => {}
-            Ok(false) => return None,
-            Err(why) => {
-                if self.writer.record_mode() == RECORD_MARKS {
-                    self.writer.set_record_mode(RECORD_PER_KERNEL, 0, 0);
-                    self.fallback_wanted.store(true, Ordering::Release);
-                    let mut line = why.as_bytes().to_vec();
-                    line.extend_from_slice(b"; recording per-kernel completions instead");
-                    crate::log_line(&line);
-                }
-                return None;
-            }
-        }
         let slot = self
             .writer
             .mark_slot(launch.stream_id.wrapping_add(1).max(1), launch.device, launch.stream)?;
         launch.mark = slot + 1;
+        if !m.ready(ctx) {
+            return None;
+        }
         Some(m.before_launch(&self.writer, slot, launch.stream, launch.launch_ns))
+    }
+
+    /// A CUDA context was created (CUPTI's resource callback; the simulated driver's first
+    /// launch): the marks' memory is allocated in it now, while nothing can capture in it.
+    pub fn context_created(&self, ctx: u64) {
+        if self.writer.record_mode() == RECORD_MARKS
+            && let Some(m) = marks::get()
+            && let Err(why) = m.allocate_in(&self.writer, ctx)
+        {
+            self.fall_back(why);
+        }
+    }
+
+    fn fall_back(&self, why: &str) {
+        self.writer.set_record_mode(RECORD_PER_KERNEL, 0, 0);
+        self.fallback_wanted.store(true, Ordering::Release);
+        let mut line = why.as_bytes().to_vec();
+        line.extend_from_slice(b"; recording per-kernel completions instead");
+        crate::log_line(&line);
+    }
+
+    /// The flush thread's period now: 10 ms while the marks' memory waits to be allocated
+    /// (launches before it get no marks), else 100 ms.
+    pub fn flush_period(&self) -> std::time::Duration {
+        let wanted = self.writer.record_mode() == RECORD_MARKS
+            && marks::get().is_some_and(marks::Marks::allocation_wanted);
+        std::time::Duration::from_millis(if wanted { 10 } else { 100 })
     }
 
     fn name_id(&self, name: &[u8], key: usize) -> u32 {
@@ -294,6 +311,9 @@ impl Recorder {
         if self.writer.record_mode() == RECORD_MARKS
             && let Some(m) = marks::get()
         {
+            if let Err(why) = m.allocate_if_wanted(&self.writer) {
+                self.fall_back(why);
+            }
             m.idle_marks(&self.writer, now);
         }
         self.writer.publish_marks(now);

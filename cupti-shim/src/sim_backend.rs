@@ -87,6 +87,9 @@ pub fn attach() -> bool {
 extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
     guarded(|| {
         let Some(rec) = recording() else { return };
+        // The simulated driver has one context, "created" before its first call.
+        static CONTEXT: std::sync::Once = std::sync::Once::new();
+        CONTEXT.call_once(|| rec.context_created(1));
         let now = monotonic_ns();
         rec.api_enter(api, correlation, now);
         // SAFETY: the driver passes a valid SimLaunch for launches, null otherwise.
@@ -118,6 +121,7 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
                 cluster: [1, 1, 1],
                 ..Launch::default()
             },
+            1,
         );
         // The simulated driver has one context, current everywhere.
         rec.launch_context(mark, l.stream, 1);

@@ -306,6 +306,9 @@ EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned f
 EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return 0; }
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) { *d = 0; return 0; }
 EXPORT CUresult cuCtxSetCurrent(CUcontext c) { (void)c; return 0; }
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) { *mode = 0; return 0; }
+EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c) { (void)c; return 0; }
+EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c) { *c = (CUcontext)0x1; return 0; }
 EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, uint64_t value, unsigned flags) {
     (void)flags;
     if (!addr) return CUDA_ERROR_INVALID_VALUE;
