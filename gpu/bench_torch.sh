@@ -2,8 +2,8 @@
 # Issue 3's benchmark, sides interleaved within one run (BENCHMARKS.md):
 #   base      nothing attached
 #   shim      CUDA_INJECTION64_PATH=libcupti_shim.so (launch callbacks + CONCURRENT_KERNEL)
-#   shim_cb   the shim with WEDGEPROBE_SHIM_ACTIVITY=off (launch callbacks only: the cost of
-#             per-kernel completion records, measured as an alternative)
+#   shim_cb   session 2's measurement switch (launch callbacks only); since issue 12 the
+#             default recording (stream marks) has no per-kernel records: use gpu/serve_bench.sh
 #   shim_ebpf the shim + `wedgeprobe watch` attached (launch uprobes off: journal present)
 #   ebpf      `wedgeprobe watch` alone (entry uprobes on launches)
 #   profiler  torch.profiler (Kineto; CPU + CUDA activities)
@@ -23,7 +23,7 @@ for r in $(seq 1 "$ROUNDS"); do
     envs=(WP_GO="$go" PYTHONUNBUFFERED=1); extra=()
     case $side in
       shim|shim_ebpf) envs+=(CUDA_INJECTION64_PATH="$SHIM");;
-      shim_cb) envs+=(CUDA_INJECTION64_PATH="$SHIM" WEDGEPROBE_SHIM_ACTIVITY=off);;
+      shim_cb) envs+=(CUDA_INJECTION64_PATH="$SHIM");;
       profiler) extra=(profiler);;
     esac
     env "${envs[@]}" timeout 120 python3 gpu/torch_bench.py "$SECS" "${extra[@]}" \

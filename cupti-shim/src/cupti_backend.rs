@@ -188,6 +188,8 @@ pub fn attach() -> Result<(), String> {
         .name("wedgeprobe-flush".into())
         .spawn(|| {
             let mut last_forced = 0u64;
+            // Marks mode: whether per-kernel records are on now (a lease from wedgeprobe).
+            let mut per_kernel = false;
             loop {
                 std::thread::sleep(
                     recorder::get().map_or(Duration::from_millis(100), |r| r.flush_period()),
@@ -211,9 +213,26 @@ pub fn attach() -> Result<(), String> {
                     }
                 }
                 if rec.record_mode() == RECORD_MARKS {
-                    // Nothing to flush: marks are written by the GPU and published here.
-                    rec.heartbeat();
-                    continue;
+                    // Per-kernel records only while wedgeprobe leases them (`trace`); enabled
+                    // and disabled here, off every callback. Otherwise nothing to flush: marks
+                    // are written by the GPU and published by the heartbeat.
+                    let leased = rec.writer().per_kernel_leased(monotonic_ns());
+                    if leased != per_kernel {
+                        // SAFETY: documented CUPTI calls, on our own thread.
+                        unsafe {
+                            if leased {
+                                (c.cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+                            } else {
+                                (c.cuptiActivityFlushAll)(FLUSH_FORCED);
+                                (c.cuptiActivityDisable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+                            }
+                        }
+                        per_kernel = leased;
+                    }
+                    if !per_kernel {
+                        rec.heartbeat();
+                        continue;
+                    }
                 }
                 // A default flush withholds any buffer holding an unfinished record, so one
                 // stuck kernel hides the completions recorded next to it. When a thread has

@@ -13,9 +13,9 @@ use core::{
 };
 
 use probe_common::journal::{
-    ALL_STREAMS, CONTROL_RELEASE, FLAG_MARKED, Header, InflightSlot, Layout, NAME_BYTES,
-    NameSlot, RECORD_CAPTURED, RECORD_KERNEL_DONE, RECORD_LAUNCH, RECORD_NODE_DONE,
-    RECORD_SYNCED, RingRecord, ThreadSlot, drops, name_hash,
+    ALL_STREAMS, CONTROL_RELEASE, FLAG_MARKED, Header, InflightSlot, Layout, NAME_BYTES, NameSlot,
+    RECORD_CAPTURED, RECORD_KERNEL_DONE, RECORD_LAUNCH, RECORD_NODE_DONE, RECORD_SYNCED,
+    RingRecord, ThreadSlot, drops, name_hash,
 };
 
 mod graphs;
@@ -135,6 +135,15 @@ impl Writer {
         self.half(offset_of!(Header, state) as u64).load(Acquire)
     }
 
+    /// Whether wedgeprobe holds a lease on per-kernel records now
+    /// (`Header::per_kernel_until_ns`, e.g. while `wedgeprobe trace` runs).
+    pub fn per_kernel_leased(&self, now_ns: u64) -> bool {
+        now_ns
+            < self
+                .word(offset_of!(Header, per_kernel_until_ns) as u64)
+                .load(Acquire)
+    }
+
     /// `RECORD_*`: how completions are learned (the header says it to the reader).
     pub fn record_mode(&self) -> u32 {
         self.half(offset_of!(Header, record_mode) as u64)
@@ -144,7 +153,8 @@ impl Writer {
     pub fn set_record_mode(&self, mode: u32, every: u32, us: u32) {
         self.half(offset_of!(Header, mark_every) as u64)
             .store(every, Relaxed);
-        self.half(offset_of!(Header, mark_us) as u64).store(us, Relaxed);
+        self.half(offset_of!(Header, mark_us) as u64)
+            .store(us, Relaxed);
         self.half(offset_of!(Header, record_mode) as u64)
             .store(mode, Release);
     }
@@ -293,7 +303,9 @@ impl Writer {
     /// mark. One load of the mark's progress word, which the GPU writes a few times per
     /// thousand launches: usually a cache hit.
     fn retired_by_mark(&self, off: u64, correlation: u64) -> bool {
-        let mark = self.half(off + offset_of!(InflightSlot, mark) as u64).load(Relaxed);
+        let mark = self
+            .half(off + offset_of!(InflightSlot, mark) as u64)
+            .load(Relaxed);
         mark != 0 && self.mark_done(mark - 1) >= correlation
     }
 

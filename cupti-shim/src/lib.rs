@@ -93,9 +93,8 @@ fn init() -> Result<(), String> {
                     rec.heartbeat();
                 }
                 std::thread::sleep(
-                    recorder::get().map_or(std::time::Duration::from_millis(100), |r| {
-                        r.flush_period()
-                    }),
+                    recorder::get()
+                        .map_or(std::time::Duration::from_millis(100), |r| r.flush_period()),
                 );
             }
         })

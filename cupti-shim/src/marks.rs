@@ -195,8 +195,7 @@ impl Marks {
         // The first launch after an idle gap gets a window of its own: marks on both sides.
         // (Wedges often strike the first kernel after a synchronize.) Only when the launch
         // before the gap is unmarked, so at most two marks per gap of `us`.
-        let after_gap =
-            last != 0 && last > s.last_marked.load(Relaxed) && gap >= self.every_ns;
+        let after_gap = last != 0 && last > s.last_marked.load(Relaxed) && gap >= self.every_ns;
         if after_gap {
             self.mark(writer, s, slot, stream, last, now_ns);
         }
@@ -330,7 +329,14 @@ impl Marks {
         }
         // SAFETY: a stream the process just launched on, a device address of our pinned
         // words (slot < marks_cap), no flags: a plain stream-ordered 64-bit write.
-        let r = unsafe { write(stream as *mut c_void, base + slot as u64 * 8, correlation, 0) };
+        let r = unsafe {
+            write(
+                stream as *mut c_void,
+                base + slot as u64 * 8,
+                correlation,
+                0,
+            )
+        };
         if r != 0 {
             writer.count_drop(probe_common::journal::drops::MARK_FAILED);
             return;

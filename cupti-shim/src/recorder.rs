@@ -215,9 +215,11 @@ impl Recorder {
             return None;
         }
         let m = marks::get()?;
-        let slot = self
-            .writer
-            .mark_slot(launch.stream_id.wrapping_add(1).max(1), launch.device, launch.stream)?;
+        let slot = self.writer.mark_slot(
+            launch.stream_id.wrapping_add(1).max(1),
+            launch.device,
+            launch.stream,
+        )?;
         launch.mark = slot + 1;
         if !m.ready(ctx) {
             return None;

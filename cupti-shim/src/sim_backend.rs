@@ -136,12 +136,12 @@ extern "C" fn api_exit(_api: u32, _correlation: u64) {
     });
 }
 
-/// What CUPTI's CONCURRENT_KERNEL records would deliver: used in the exact mode only (with
-/// marks the real backend does not enable them).
+/// What CUPTI's CONCURRENT_KERNEL records would deliver: used in the exact mode, or while
+/// wedgeprobe holds a per-kernel lease (with marks the real backend enables them only then).
 extern "C" fn kernel_done(correlation: u64, start_ns: u64, end_ns: u64, stream_id: u32) {
     guarded(|| {
         if let Some(rec) = recording()
-            && rec.record_mode() != RECORD_MARKS
+            && (rec.record_mode() != RECORD_MARKS || rec.writer().per_kernel_leased(monotonic_ns()))
         {
             rec.complete(&Completion {
                 correlation,

@@ -2,19 +2,30 @@
 //! image must be rejected with an error or read in full without a panic.
 //!
 //! Input byte 0 picks the mode: odd → the rest is a raw image; even → a valid journal with
-//! threads, launches, completions and names is built by the real writer, and the rest of the
-//! input is XORed over it (so mutations reach the slot-reading code behind a valid header).
+//! threads, launches, completions and names (bit 1 clear; per-kernel records) or stream marks
+//! (bit 1 set) is built by the real writer, and the rest of the input is XORed over it (so
+//! mutations reach the slot-reading code behind a valid header).
 #![no_main]
 
-use std::ptr::NonNull;
+use std::{ptr::NonNull, sync::atomic::AtomicU64};
 
 use cupti_shim::journal::{Completion, Launch, Writer};
 use libfuzzer_sys::fuzz_target;
-use probe_common::journal::Layout;
+use probe_common::journal::{Layout, RECORD_MARKS};
 use probe_user::journal::OwnedJournal;
 
-const SMALL: Layout =
-    Layout { threads_cap: 4, inflight_cap: 8, ring_cap: 16, names_cap: 4, graphs_cap: 8 };
+const SMALL: Layout = Layout {
+    threads_cap: 4,
+    inflight_cap: 8,
+    ring_cap: 16,
+    names_cap: 4,
+    graphs_cap: 8,
+    marks_cap: 4,
+};
+
+/// The GPU-written progress words of the marks image (static: a fuzzer runs millions of
+/// images, a leak per image would grow without bound).
+static WORDS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 
 fn valid_image() -> OwnedJournal {
     let mut mem = OwnedJournal::zeroed(SMALL.total_size() as usize);
@@ -40,6 +51,36 @@ fn valid_image() -> OwnedJournal {
     mem
 }
 
+/// The default recording: stream marks, one passed, launches with and without a mark after.
+fn marks_image() -> OwnedJournal {
+    let mut mem = OwnedJournal::zeroed(SMALL.total_size() as usize);
+    let Some(ptr) = NonNull::new(mem.as_mut_ptr()) else { return mem };
+    // SAFETY: aligned, zeroed, sized for SMALL; `mem` outlives the writer.
+    let w = unsafe { Writer::create(ptr, SMALL, 7, 1, 2) };
+    // SAFETY: four static atomics, accessed only atomically.
+    unsafe { w.set_mark_words(WORDS[0].as_ptr()) };
+    w.set_record_mode(RECORD_MARKS, 8, 100);
+    let name = w.intern(b"_Z6kernelPf");
+    let Some(slot) = w.mark_slot(5, 0, 0x77) else { return mem };
+    for corr in 1..=6 {
+        w.launch(&Launch {
+            correlation: corr,
+            name_id: name,
+            launch_ns: corr,
+            stream: 0x77,
+            stream_id: 4,
+            mark: slot + 1,
+            ..Launch::default()
+        });
+        if corr % 3 == 0 {
+            w.set_marked(corr);
+        }
+    }
+    WORDS[slot as usize % 4].store(3, std::sync::atomic::Ordering::Relaxed);
+    w.publish_marks(10);
+    mem
+}
+
 fn read_all(image: &OwnedJournal) {
     if let Ok(view) = image.view() {
         let _ = view.threads_in_calls();
@@ -53,6 +94,7 @@ fn read_all(image: &OwnedJournal) {
         }
         let _ = view.ring_since(u64::MAX);
         let _ = view.graphs();
+        let _ = (view.marks(), view.record_mode());
         let mut cursor = probe_user::kernels::JournalCursor::default();
         cursor.advance(&view);
         let _ = cursor.heads(7, &view, 1_000);
@@ -72,7 +114,7 @@ fuzz_target!(|data: &[u8]| {
         read_all(&OwnedJournal::from_bytes(rest));
         return;
     }
-    let image = valid_image();
+    let image = if mode & 2 == 0 { valid_image() } else { marks_image() };
     // SAFETY: `image` owns `len()` initialised bytes and is not written while borrowed.
     let mut bytes = unsafe { std::slice::from_raw_parts(image.as_ptr(), image.len()) }.to_vec();
     for (i, b) in rest.iter().enumerate() {

@@ -24,8 +24,9 @@
 //! - `GraphSlot`: claimed by CAS on `key` (0 = empty); `kind` is stored last (0 = not ready).
 //! - `MarkSlot`: one per stream, claimed by CAS on `key` (0 = empty); `done`/`done_at_ns` are
 //!   stored by the shim's flush thread from the stream's GPU-written progress word.
-//! - `Header::control`: the one word the *reader* writes (a request to the shim, see
-//!   `CONTROL_RELEASE`); the shim polls it from its flush thread.
+//! - `Header::control` and `Header::per_kernel_until_ns`: the words the *reader* writes (a
+//!   request to the shim, see `CONTROL_RELEASE`; a lease on per-kernel records); the shim
+//!   polls them from its flush thread.
 
 /// A process's journal file is `{FILE_PREFIX}{pid}{FILE_SUFFIX}`: the shim creates it, and
 /// wedgeprobe recognises it in the process's memory map.
@@ -140,7 +141,10 @@ pub struct Header {
     /// …or once this many µs have passed since the stream's last mark.
     pub mark_us: u32,
     pub _pad: u32,
-    pub _reserved: [u64; 1],
+    /// Written by wedgeprobe (`trace`): while CLOCK_MONOTONIC is before it, the shim records
+    /// per-kernel completions too, whatever its mode. A lease the reader renews every tick,
+    /// so a reader that dies stops costing the target within seconds (atomic; 0 = none).
+    pub per_kernel_until_ns: u64,
 }
 
 #[repr(C)]
@@ -382,7 +386,7 @@ impl Layout {
             mark_every: 0,
             mark_us: 0,
             _pad: 0,
-            _reserved: [0; 1],
+            per_kernel_until_ns: 0,
         }
     }
 }
@@ -524,6 +528,7 @@ mod tests {
         assert_eq!(size_of::<InflightSlot>(), 104);
         assert_eq!(size_of::<MarkSlot>(), 32);
         assert_eq!(offset_of!(Header, record_mode), 232);
+        assert_eq!(offset_of!(Header, per_kernel_until_ns), 248);
         assert_eq!(size_of::<GraphSlot>(), 32);
         assert_eq!(offset_of!(Header, control), 208);
         assert_eq!(size_of::<RingRecord>(), 104);

@@ -118,6 +118,14 @@ pub struct Exited {
 }
 
 impl Collector {
+    /// (pid, journal path) of every journal being read now.
+    pub fn journal_paths(&self) -> Vec<(u32, String)> {
+        self.journals
+            .iter()
+            .map(|(pid, (j, _))| (*pid, j.path.clone()))
+            .collect()
+    }
+
     pub fn new(mut probe: Probe) -> anyhow::Result<Self> {
         let ebpf = probe.ebpf_mut();
         let mut take = |name: &str| {

@@ -195,11 +195,9 @@ fn rank_state(m: &RankInfo, order: u32, heads: &[StreamHead]) -> RankState {
         }
     };
     let (state, kernel, running_ms) = match pick {
-        Some(h) if h.judgement.as_ref().is_some_and(|j| j.collective) => (
-            "waiting_in_collective",
-            Some(name(h)),
-            Some(h.running_ms),
-        ),
+        Some(h) if h.judgement.as_ref().is_some_and(|j| j.collective) => {
+            ("waiting_in_collective", Some(name(h)), Some(h.running_ms))
+        }
         Some(h) => ("stuck", Some(name(h)), Some(h.running_ms)),
         None if any => ("running", None, None),
         None => ("no_kernel_in_flight", None, None),

@@ -215,7 +215,11 @@ pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
             g.not_completed
                 .iter()
                 .take(3)
-                .map(|n| n.kernel_demangled.as_deref().unwrap_or(&n.kernel).to_string())
+                .map(|n| n
+                    .kernel_demangled
+                    .as_deref()
+                    .unwrap_or(&n.kernel)
+                    .to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
         ),

@@ -60,6 +60,17 @@ struct HeadTimes {
     since_ns: u64,
 }
 
+/// One stream's unfinished launches, as one pass over the in-flight table sees them.
+struct StreamQueue {
+    /// (device, CUPTI stream id, `CUstream`).
+    key: (u32, u32, u64),
+    /// The oldest unfinished launch.
+    head: InflightSlot,
+    len: usize,
+    /// The correlation id of the first launch with a mark after it (`u64::MAX`: none).
+    first_marked: u64,
+}
+
 /// One of the launches a stuck kernel is narrowed to (marks mode).
 #[derive(Clone, Debug, Serialize)]
 pub struct Candidate {
@@ -296,7 +307,7 @@ impl JournalCursor {
         // search beats hashing every slot.
         // Per stream also the first launch with a mark after it (marks mode): the window the
         // stuck kernel is in ends there.
-        let mut streams: Vec<((u32, u32, u64), InflightSlot, usize, u64)> = Vec::new();
+        let mut streams: Vec<StreamQueue> = Vec::new();
         let live: Vec<InflightSlot> = inflight
             .into_iter()
             .filter(|s| !self.retired(s.correlation, s.stream, s.stream_id))
@@ -309,21 +320,32 @@ impl JournalCursor {
             } else {
                 u64::MAX
             };
-            match streams.iter_mut().find(|(k, ..)| *k == key) {
-                Some((_, head, n, first_marked)) => {
-                    *n += 1;
-                    *first_marked = (*first_marked).min(marked);
-                    if (s.launch_ns, s.correlation) < (head.launch_ns, head.correlation) {
-                        *head = s;
+            match streams.iter_mut().find(|q| q.key == key) {
+                Some(q) => {
+                    q.len += 1;
+                    q.first_marked = q.first_marked.min(marked);
+                    if (s.launch_ns, s.correlation) < (q.head.launch_ns, q.head.correlation) {
+                        q.head = s;
                     }
                 }
-                None => streams.push((key, s, 1, marked)),
+                None => streams.push(StreamQueue {
+                    key,
+                    head: s,
+                    len: 1,
+                    first_marked: marked,
+                }),
             }
         }
         let marks_mode = self.marks_mode;
         streams
             .into_iter()
-            .map(|(key, h, n, first_marked)| {
+            .map(|q| {
+                let StreamQueue {
+                    key,
+                    head: h,
+                    len: n,
+                    first_marked,
+                } = q;
                 let since = h
                     .launch_ns
                     .max(self.last_end.get(&h.stream_id).copied().unwrap_or(0))
@@ -338,7 +360,8 @@ impl JournalCursor {
                     let mut window: Vec<&InflightSlot> = live
                         .iter()
                         .filter(|s| {
-                            (s.device, s.stream_id, s.stream) == key && s.correlation <= first_marked
+                            (s.device, s.stream_id, s.stream) == key
+                                && s.correlation <= first_marked
                         })
                         .collect();
                     window.sort_by_key(|s| s.correlation);
@@ -702,9 +725,17 @@ mod tests {
         assert!(!s7.exact);
         assert_eq!(s7.kernel, "(one of 3 kernels)");
         let names: Vec<&str> = s7.candidates.iter().map(|c| c.kernel.as_str()).collect();
-        assert_eq!(names, ["a", "b", "stuck"], "in launch order, up to the first mark");
+        assert_eq!(
+            names,
+            ["a", "b", "stuck"],
+            "in launch order, up to the first mark"
+        );
         assert_eq!((s7.candidates_total, s7.queued_behind), (3, 4));
-        assert_eq!(s7.running_ms, (100_000 - 50_000) as f64 / 1e6, "since the mark was seen");
+        assert_eq!(
+            s7.running_ms,
+            (100_000 - 50_000) as f64 / 1e6,
+            "since the mark was seen"
+        );
         let s9 = heads.iter().find(|h| h.stream == "0x9").unwrap();
         assert!(s9.exact, "{s9:?}");
         assert_eq!((s9.kernel.as_str(), s9.queued_behind), ("stuck", 1));

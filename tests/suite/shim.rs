@@ -365,7 +365,7 @@ fn watch_leaves_launches_to_the_journal_and_still_sees_a_launch_blocked_after_at
         .iter()
         .find(|l| l["event"] == "attached")
         .expect("attached line");
-    assert!(launch_probes(&attached).starts_with("off"), "{attached}");
+    assert!(launch_probes(attached).starts_with("off"), "{attached}");
     let blocked_launch = lines
         .iter()
         .find(|l| l["event"] == "blocked" && l["thread"]["api"] == "cuLaunchKernel");
@@ -400,7 +400,11 @@ fn with_marks_a_kernel_launched_in_a_burst_is_narrowed_to_candidates_never_misna
     );
     sleep(secs(1.5));
     let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
-    assert_eq!(r["targets"][0]["journal"]["record"], "marks", "{}", r["targets"][0]);
+    assert_eq!(
+        r["targets"][0]["journal"]["record"], "marks",
+        "{}",
+        r["targets"][0]
+    );
     assert_eq!(r["verdict"]["kind"], "kernel_wedge", "{}", r["verdict"]);
     let head = &r["kernels"][0];
     assert_eq!(head["exact"], false, "{head}");
@@ -416,9 +420,18 @@ fn with_marks_a_kernel_launched_in_a_burst_is_narrowed_to_candidates_never_misna
         .position(|n| *n == "_Z17attn_wedge_kernelP7barrierPf")
         .unwrap_or_else(|| panic!("the stuck kernel is a candidate: {names:?}"));
     // In launch order: the burst's prefills before it, decodes (queued) after it.
-    assert!(names[..wedge].iter().all(|n| n.contains("prefill")), "{names:?}");
-    assert!(names[wedge + 1..].iter().all(|n| n.contains("decode")), "{names:?}");
-    assert!(wedge >= 1, "a prefill of the burst shares its window: {names:?}");
+    assert!(
+        names[..wedge].iter().all(|n| n.contains("prefill")),
+        "{names:?}"
+    );
+    assert!(
+        names[wedge + 1..].iter().all(|n| n.contains("decode")),
+        "{names:?}"
+    );
+    assert!(
+        wedge >= 1,
+        "a prefill of the burst shares its window: {names:?}"
+    );
     let corrs: Vec<u64> = head["candidates"]
         .as_array()
         .unwrap()
@@ -426,10 +439,19 @@ fn with_marks_a_kernel_launched_in_a_burst_is_narrowed_to_candidates_never_misna
         .map(|c| c["correlation"].as_u64().unwrap())
         .collect();
     assert!(corrs.windows(2).all(|p| p[0] < p[1]), "{corrs:?}");
-    assert!(head["kernel"].as_str().unwrap().starts_with("(one of"), "{head}");
+    assert!(
+        head["kernel"].as_str().unwrap().starts_with("(one of"),
+        "{head}"
+    );
     let summary = r["verdict"]["summary"].as_str().unwrap();
-    assert!(summary.contains("one of") && summary.contains("attn_wedge_kernel"), "{summary}");
-    assert!(summary.contains("WEDGEPROBE_SHIM_RECORD=exact"), "{summary}");
+    assert!(
+        summary.contains("one of") && summary.contains("attn_wedge_kernel"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("WEDGEPROBE_SHIM_RECORD=exact"),
+        "{summary}"
+    );
 }
 
 /// The exact mode (a CUPTI record per kernel) names the same kernel alone.
@@ -471,8 +493,15 @@ fn without_pinned_memory_for_marks_the_shim_falls_back_to_per_kernel_records() {
     );
     sleep(secs(1.5));
     let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
-    assert_eq!(r["targets"][0]["journal"]["record"], "per-kernel", "{}", r["targets"][0]);
-    assert_eq!(r["kernels"][0]["kernel"], "_Z17attn_wedge_kernelP7barrierPf");
+    assert_eq!(
+        r["targets"][0]["journal"]["record"], "per-kernel",
+        "{}",
+        r["targets"][0]
+    );
+    assert_eq!(
+        r["kernels"][0]["kernel"],
+        "_Z17attn_wedge_kernelP7barrierPf"
+    );
     drop(w);
 }
 
@@ -484,12 +513,16 @@ fn a_quiet_stream_is_marked_done_and_never_ages_into_a_wedge() {
     let shim = shim_path();
     // healthy: short kernels every 50 µs (no mark after most), a sync every 64; run 2 s,
     // then the process idles until it exits — report while it idles.
-    let w = Worker::spawn(
-        &["idle-after", "1"],
-        &[("CUDA_INJECTION64_PATH", &shim)],
-    );
+    let w = Worker::spawn(&["idle-after", "1"], &[("CUDA_INJECTION64_PATH", &shim)]);
     sleep(secs(2.0));
-    let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s", "--kernel-hard-bound", "1s"]);
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        "--kernel-floor",
+        "1s",
+        "--kernel-hard-bound",
+        "1s",
+    ]);
     assert_eq!(r["targets"][0]["journal"]["record"], "marks");
     assert!(
         r["kernels"].as_array().unwrap().is_empty(),

@@ -27,7 +27,10 @@ fn trace(pid: u32, out: &std::path::Path, duration: &str) -> std::process::Outpu
 }
 
 /// A simulated worker with the shim whose kernel wedges at 300 ms and is released after
-/// `release_s` seconds.
+/// `release_s` seconds. The shim records per-kernel completions (the exact mode): these tests
+/// look at kernels that completed before the trace or the flight recorder started, which the
+/// default recording (stream marks) records per kernel only while a `trace` holds its lease
+/// (`a_trace_with_marks_records_the_kernels_that_run_while_it_traces`).
 fn wedged_with_shim(release_s: &str) -> Worker {
     let shim = shim_path();
     Worker::spawn(
@@ -35,8 +38,46 @@ fn wedged_with_shim(release_s: &str) -> Worker {
         &[
             ("CUDA_INJECTION64_PATH", &shim),
             ("SIMCUDA_RELEASE_AFTER_S", release_s),
+            ("WEDGEPROBE_SHIM_RECORD", "exact"),
         ],
     )
+}
+
+/// With stream marks (the default), `trace` leases per-kernel records from the shim while it
+/// traces: kernels that run meanwhile are on the GPU tracks with their launches' flows, and
+/// the lease lapses once the trace ends (the shim goes back to marks alone).
+#[test]
+fn a_trace_with_marks_records_the_kernels_that_run_while_it_traces() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["healthy", "30"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_LONG_KERNEL_MS", "50"),
+        ],
+    );
+    sleep(secs(0.5));
+    let out = tmp("marks.json");
+    let r = trace(w.pid(), &out, "2s");
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let c = chrome_check::check_file(&out).unwrap_or_else(|e| panic!("malformed trace: {e}"));
+    let kernels = c
+        .events
+        .iter()
+        .filter(|e| e["cat"] == "kernel" && e["ph"] == "X")
+        .count();
+    assert!(kernels >= 10, "{kernels} completed kernels");
+    assert!(c.flows_paired >= 10, "{} flows", c.flows_paired);
+    // Lapsed: a report after the trace sees the journal record with marks, not per kernel.
+    sleep(secs(2.5));
+    let rep = super::report_json(&["--pid", &w.pid_arg(), "--window", "1s"]);
+    let j = &rep["targets"][0]["journal"];
+    assert_eq!(j["record"], "marks", "{j}");
+    assert_eq!(
+        j["completions_seen"], 0,
+        "no per-kernel records once the lease lapsed: {j}"
+    );
 }
 
 fn open_named<'a>(c: &'a Checked, name: &str) -> Option<&'a serde_json::Value> {

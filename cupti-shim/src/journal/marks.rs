@@ -45,7 +45,10 @@ impl Writer {
                 0 => {}
                 _ => continue,
             }
-            match self.half(off + KEY).compare_exchange(0, key, AcqRel, Acquire) {
+            match self
+                .half(off + KEY)
+                .compare_exchange(0, key, AcqRel, Acquire)
+            {
                 Ok(_) => {
                     self.half(off + DEVICE).store(device, Relaxed);
                     self.word(off + STREAM).store(stream, Release);

@@ -52,8 +52,12 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let start = sys::monotonic_ns();
     let mut write_error: Option<TraceError> = None;
     let mut exited = Vec::new();
+    // Shims recording with stream marks (the default) add per-kernel records while we trace,
+    // so the GPU tracks show every kernel; the lease lapses when the trace ends (or dies).
+    let mut lease = crate::release::PerKernelLease::new();
     let now = loop {
         let now = sys::monotonic_ns();
+        lease.renew(&session.collector.journal_paths(), now);
         exited.extend(session.collector.poll(now).into_iter().map(|e| e.pid));
         names.update(&session.collector.model);
         let ev = verdict::evaluate(&session.collector.model, now, bound_ms, &bounds);
@@ -85,6 +89,7 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
         }
         std::thread::sleep(TICK);
     };
+    drop(lease);
     let open = open_now(&session.collector.model, now, (bound_ms * 1e6) as u64);
     let open_count = open.len();
     let mut rest = sorter.drain();
