@@ -105,11 +105,14 @@ def main():
         print("ready", flush=True)
         while not os.path.exists(go):
             time.sleep(0.05)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     for _ in range(reps):
         generate(model, prompt)
     torch.cuda.synchronize()
     eager_s = time.perf_counter() - t0
+    # The launching thread's CPU time per decode step: eager decode is launch-bound, and this
+    # varies less between runs on the VM than wall time (BENCHMARKS.md, issue 12).
+    eager_cpu_ms_per_step = (time.thread_time() - c0) * 1e3 / (reps * DECODE_TOKENS)
     n = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < graph_s:
@@ -120,6 +123,7 @@ def main():
     graph_elapsed = time.perf_counter() - t0
     print(json.dumps({
         "eager_tok_s": reps * DECODE_TOKENS * BATCH / eager_s,
+        "eager_cpu_ms_per_step": eager_cpu_ms_per_step,
         "graph_steps_s": n / graph_elapsed,
         "params_m": sum(p.numel() for p in model.parameters()) / 1e6,
     }), flush=True)
