@@ -233,7 +233,12 @@ impl Marks {
 
     /// Flush thread: marks streams whose latest launch is unmarked and `IDLE_NS` old.
     pub fn idle_marks(&self, writer: &Writer, now_ns: u64) {
-        if self.status.load(Acquire) != READY || self.captures.load(Acquire) != 0 {
+        // Not once the process is exiting (our atexit handler turned the journal off before
+        // the runtime's teardown destroys contexts, possibly without a destroy callback).
+        if self.status.load(Acquire) != READY
+            || self.captures.load(Acquire) != 0
+            || writer.state() != probe_common::journal::STATE_RECORDING
+        {
             return;
         }
         let Some(set_current) = driver::driver().ctx_set_current else {
