@@ -13,6 +13,9 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 # The trace viewer check (tests/suite/trace.rs): Debian's Chromium, Node.js and npm.
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 command -v npm >/dev/null || need_apt+=(nodejs npm)
+# promtool (Debian's prometheus package): the daemon's scrape and deploy/'s rules are linted
+# with Prometheus's own tool (tests/suite/daemon.rs).
+command -v promtool >/dev/null || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_apt[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

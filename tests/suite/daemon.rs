@@ -16,14 +16,14 @@ use serde_json::Value;
 
 use super::{Worker, launch_probes, require_root, secs, shim_path, wedgeprobe_bin};
 
-struct Daemon {
+pub(super) struct Daemon {
     child: Child,
     events: Arc<Mutex<Vec<Value>>>,
     config: PathBuf,
-    addr: String,
+    pub(super) addr: String,
 }
 
-fn tmpdir(tag: &str) -> PathBuf {
+pub(super) fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("wp-daemon-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -31,13 +31,18 @@ fn tmpdir(tag: &str) -> PathBuf {
 }
 
 impl Daemon {
-    fn start(tag: &str, extra: &str) -> Self {
+    pub(super) fn start(tag: &str, extra: &str) -> Self {
+        Self::start_at(tag, "127.0.0.1:0", extra)
+    }
+
+    /// A daemon listening on `listen` (a fixed port survives a restart).
+    pub(super) fn start_at(tag: &str, listen: &str, extra: &str) -> Self {
         let dir = tmpdir(tag);
         let config = dir.join("wedgeprobe.toml");
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:0\"\nlog_format = \"json\"\nscan_interval = \"300ms\"\ndump_dir = \"{}\"\n{extra}",
+                "listen = \"{listen}\"\nlog_format = \"json\"\nscan_interval = \"300ms\"\ndump_dir = \"{}\"\n{extra}",
                 dir.join("dumps").display()
             ),
         )
@@ -80,9 +85,20 @@ impl Daemon {
         panic!("timed out; events: {:?}", self.events.lock().unwrap());
     }
 
+    /// A scrape as a Prometheus server makes it: OpenMetrics asked for.
     fn metrics(&self) -> String {
+        self.scrape("Accept: application/openmetrics-text; version=1.0.0\r\n")
+    }
+
+    /// A scrape asking for nothing in particular (curl, promtool): the classic text format.
+    fn metrics_text(&self) -> String {
+        self.scrape("")
+    }
+
+    fn scrape(&self, headers: &str) -> String {
         let mut s = TcpStream::connect(&self.addr).unwrap();
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let request = format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{headers}\r\n");
+        s.write_all(request.as_bytes()).unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         let (head, body) = out.split_once("\r\n\r\n").unwrap();
@@ -141,6 +157,53 @@ fn the_daemon_picks_up_a_process_started_after_it_and_forgets_it_when_it_exits()
         !m.contains(&format!("pid=\"{pid}\"")),
         "an exited process leaves with its series:\n{m}"
     );
+}
+
+/// `promtool check metrics` (Prometheus's own linter: naming, units, `_total` counters, help
+/// text) finds nothing in a scrape of a daemon watching a wedged process, in the classic text
+/// format a plain scrape gets; the same scrape asked for as OpenMetrics is OpenMetrics.
+#[test]
+fn a_scrape_passes_promtool_check_metrics() {
+    require_root!();
+    if Command::new("promtool").arg("--version").output().is_err() {
+        eprintln!("skipping: promtool missing (scripts/setup.sh installs Debian's prometheus)");
+        return;
+    }
+    let d = Daemon::start("promtool", "kernel_floor = \"1s\"\n");
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "8", "2500"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    let om = d.wait_metrics(secs(15.0), |m| m.contains("kind=\"kernel_wedge\""));
+    assert!(om.trim_end().ends_with("# EOF"), "OpenMetrics when asked for");
+    let text = d.metrics_text();
+    assert!(!text.contains("# EOF"), "the classic format has no EOF line");
+    assert!(text.contains("# TYPE wedgeprobe_verdicts_total counter"), "{text}");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(w);
 }
 
 #[test]
@@ -384,4 +447,32 @@ fn the_daemon_names_the_culprit_rank() {
     );
     let m = d.wait_metrics(secs(5.0), |m| m.contains("wedgeprobe_culprit{"));
     assert!(m.contains("rank=\"2\""), "{m}");
+}
+
+/// deploy/'s alert rules pass Prometheus's own checker and their unit tests
+/// (deploy/alerts.test.yaml: a wedge, a collective wait, a host stall, a healthy node — each
+/// alert fires when it should, with its labels and annotations, and not otherwise).
+#[test]
+fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
+    if Command::new("promtool").arg("--version").output().is_err() {
+        eprintln!("skipping: promtool missing (scripts/setup.sh installs Debian's prometheus)");
+        return;
+    }
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    for args in [
+        ["check", "rules", "alerts.yaml"],
+        ["test", "rules", "alerts.test.yaml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&deploy)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -5,6 +5,7 @@ mod bad_input;
 mod daemon;
 mod job;
 mod lifecycle;
+mod prometheus;
 mod report;
 mod shim;
 mod trace;

@@ -1,5 +1,6 @@
 //! The /metrics endpoint: a plain HTTP/1.1 responder on one thread (a scrape every 15–60 s
-//! needs no more). Bound before anything is attached, so a port in use fails fast.
+//! needs no more). Bound before anything is attached, so a port in use fails fast. The format
+//! follows the request's `Accept` header (`exposition`).
 
 use std::{
     io::{Read, Write},
@@ -8,7 +9,10 @@ use std::{
     time::Duration,
 };
 
-use super::metrics::{Snapshot, encode};
+use super::{
+    exposition,
+    metrics::{Snapshot, encode},
+};
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr}: {source} (set `listen` in the config, or stop what holds it)")]
@@ -34,17 +38,34 @@ pub fn serve(addr: SocketAddr, snapshot: Arc<Mutex<Snapshot>>) -> Result<SocketA
 fn respond(mut stream: TcpStream, snapshot: &Mutex<Snapshot>) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    // The request's head, up to its blank line (a client may send it in several writes),
+    // at most 4 KiB.
     let mut buf = [0u8; 4096];
-    let n = stream.read(&mut buf)?;
+    let mut n = 0;
+    while n < buf.len() {
+        let got = stream.read(&mut buf[n..])?;
+        if got == 0 {
+            break;
+        }
+        n += got;
+        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
     let request = String::from_utf8_lossy(&buf[..n]);
     let path = request.split_whitespace().nth(1).unwrap_or("/");
     let (status, ctype, body) = if path == "/metrics" || path.starts_with("/metrics?") {
         let snap = snapshot.lock().map(|s| s.clone()).unwrap_or_default();
-        (
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            encode(&snap),
-        )
+        // OpenMetrics when asked for (Prometheus servers ask), else the classic text format.
+        if exposition::wants_openmetrics(&request) {
+            ("200 OK", exposition::OPENMETRICS, encode(&snap))
+        } else {
+            (
+                "200 OK",
+                exposition::TEXT_004,
+                exposition::to_text_004(&encode(&snap)),
+            )
+        }
     } else if path == "/" {
         (
             "200 OK",

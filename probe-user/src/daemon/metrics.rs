@@ -40,6 +40,10 @@ pub struct Snapshot {
 pub struct ProcessMetrics {
     pub pid: u32,
     pub comm: String,
+    /// The job and rank of a process that is one rank of a job of several (else empty): an
+    /// alert joins them in from `wedgeprobe_target_info`, so a page says which rank.
+    pub job: String,
+    pub rank: String,
     pub mode: &'static str,
     pub verdict: &'static str,
     pub threads_in_calls: u64,
@@ -151,13 +155,17 @@ impl Collector for SnapshotCollector {
         gauge(
             &mut e,
             "wedgeprobe_target_info",
-            "A process wedgeprobe watches (mode: journal+ebpf or ebpf-only).",
+            "A process wedgeprobe watches (mode: journal+ebpf or ebpf-only; job and rank when it is one rank of a job).",
             &s.processes
                 .iter()
                 .map(|p| {
                     let mut l = pid(p);
                     l.push(("comm", p.comm.clone()));
                     l.push(("mode", p.mode.to_string()));
+                    if !p.job.is_empty() {
+                        l.push(("job", p.job.clone()));
+                        l.push(("rank", p.rank.clone()));
+                    }
                     (l, 1u64)
                 })
                 .collect::<Vec<_>>(),

@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod discover;
+pub mod exposition;
 pub mod http;
 pub mod metrics;
 
@@ -293,6 +294,14 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             .collect();
         rank_infos.retain(|pid, _| collector.model.procs.contains_key(pid));
         let jobs = crate::job::analyze(&infos, &all.kernels, false);
+        for j in &jobs {
+            for r in &j.ranks {
+                if let Some(p) = snap.processes.iter_mut().find(|p| p.pid == r.pid) {
+                    p.job = j.job.clone();
+                    p.rank = r.rank.to_string();
+                }
+            }
+        }
         let culprits: Vec<(String, u32, u32, String)> = jobs
             .iter()
             .filter_map(|j| {
@@ -391,6 +400,9 @@ fn process_metrics(
             .get(&pid)
             .map(|p| p.target.comm.clone())
             .unwrap_or_default(),
+        // Set once the node's jobs are known (after every process's verdict).
+        job: String::new(),
+        rank: String::new(),
         mode: if journal.is_some_and(|j| !j.status.starts_with("rejected")) {
             "journal+ebpf"
         } else {
