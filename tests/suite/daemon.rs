@@ -179,10 +179,19 @@ fn a_scrape_passes_promtool_check_metrics() {
         ],
     );
     let om = d.wait_metrics(secs(15.0), |m| m.contains("kind=\"kernel_wedge\""));
-    assert!(om.trim_end().ends_with("# EOF"), "OpenMetrics when asked for");
+    assert!(
+        om.trim_end().ends_with("# EOF"),
+        "OpenMetrics when asked for"
+    );
     let text = d.metrics_text();
-    assert!(!text.contains("# EOF"), "the classic format has no EOF line");
-    assert!(text.contains("# TYPE wedgeprobe_verdicts_total counter"), "{text}");
+    assert!(
+        !text.contains("# EOF"),
+        "the classic format has no EOF line"
+    );
+    assert!(
+        text.contains("# TYPE wedgeprobe_verdicts_total counter"),
+        "{text}"
+    );
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -35,7 +35,11 @@ fn free_port() -> u16 {
 fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     let (head, body) = out.split_once("\r\n\r\n")?;
@@ -43,11 +47,16 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
         return None;
     }
     // Prometheus answers small JSON unchunked; a chunked body would start with its size.
-    Some(if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        dechunk(body)
-    } else {
-        body.to_string()
-    })
+    Some(
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(body)
+        } else {
+            body.to_string()
+        },
+    )
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -113,7 +122,10 @@ impl Prometheus {
         let addr = format!("127.0.0.1:{}", free_port());
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", file.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
             .arg(format!("--web.listen-address={addr}"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
@@ -122,7 +134,10 @@ impl Prometheus {
         let p = Prometheus { child, addr };
         let start = Instant::now();
         while http_get(&p.addr, "/-/ready").is_none() {
-            assert!(start.elapsed() < secs(30.0), "prometheus never became ready");
+            assert!(
+                start.elapsed() < secs(30.0),
+                "prometheus never became ready"
+            );
             sleep(Duration::from_millis(200));
         }
         p
@@ -151,14 +166,22 @@ impl Prometheus {
     }
 
     /// Waits until `f` holds of the alerts (`timeout`), returning them.
-    fn wait_alerts(&self, timeout: Duration, what: &str, f: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    fn wait_alerts(
+        &self,
+        timeout: Duration,
+        what: &str,
+        f: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
         let start = Instant::now();
         loop {
             let a = self.alerts();
             if f(&a) {
                 return a;
             }
-            assert!(start.elapsed() < timeout, "timed out waiting for {what}; alerts: {a:?}");
+            assert!(
+                start.elapsed() < timeout,
+                "timed out waiting for {what}; alerts: {a:?}"
+            );
             sleep(Duration::from_millis(500));
         }
     }

@@ -15,7 +15,8 @@ pub fn wants_openmetrics(request: &str) -> bool {
     request.lines().any(|l| {
         l.split_once(':').is_some_and(|(k, v)| {
             k.trim().eq_ignore_ascii_case("accept")
-                && v.to_ascii_lowercase().contains("application/openmetrics-text")
+                && v.to_ascii_lowercase()
+                    .contains("application/openmetrics-text")
         })
     })
 }
@@ -99,7 +100,9 @@ mod tests {
     fn the_accept_header_picks_the_format() {
         let prom = "GET /metrics HTTP/1.1\r\nHost: n\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n\r\n";
         assert!(wants_openmetrics(prom));
-        assert!(!wants_openmetrics("GET /metrics HTTP/1.1\r\nHost: n\r\nAccept: */*\r\n\r\n"));
+        assert!(!wants_openmetrics(
+            "GET /metrics HTTP/1.1\r\nHost: n\r\nAccept: */*\r\n\r\n"
+        ));
         assert!(!wants_openmetrics("GET /metrics HTTP/1.1\r\n\r\n"));
     }
 }
