@@ -19,7 +19,13 @@
 //! wedge): the flush thread marks a stream whose latest launch is unmarked and 100 ms old
 //! (`idle_marks`), from its own thread with the stream's context made current — never a stream
 //! or context whose destruction has started (CUPTI resource callbacks, under the slot's lock),
-//! and never a per-thread default stream (that handle means the calling thread's own).
+//! never a per-thread default stream (that handle means the calling thread's own), and never
+//! the legacy default stream: an operation there synchronises with every blocking stream of
+//! the context, and one the program did not issue could make a blocking stream wait behind
+//! another (behind a stuck kernel, even). Marks right after a program's own launch on it add
+//! no ordering that launch did not. So the last launches before a legacy stream goes quiet are
+//! proven done by the next synchronize or mark; until then its head can age (a `stuck` verdict
+//! still needs a blocked thread or the hard bound).
 //!
 //! Capture safety (a stream being captured into a CUDA graph must never see our calls): the
 //! pinned words are allocated by the flush thread, never by a launching thread (an
@@ -49,6 +55,8 @@ use crate::{driver, journal::Writer};
 const HOST_ALLOC_FLAGS: u32 = 0x01 | 0x02;
 /// `CU_STREAM_PER_THREAD`: the calling thread's default stream, valid wherever a CUstream is.
 pub const STREAM_PER_THREAD: u64 = 0x2;
+/// `CU_STREAM_LEGACY`: the legacy default stream (as is the null handle).
+pub const STREAM_LEGACY: u64 = 0x1;
 
 /// Defaults, from the H200 measurements in BENCHMARKS.md: a mark per 8 launches costs
 /// ~0.1 µs per launch; 100 µs bounds a stream's marks to ~0.8% of one thread's time.
@@ -252,6 +260,8 @@ impl Marks {
                 || now_ns.saturating_sub(s.last_launch_ns.load(Relaxed)) < IDLE_NS
                 || ctx == 0
                 || stream == STREAM_PER_THREAD
+                || stream == 0
+                || stream == STREAM_LEGACY
             {
                 continue;
             }
