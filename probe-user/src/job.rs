@@ -138,7 +138,13 @@ pub struct JobView {
 
 /// Groups `infos` into jobs (`one_job`: all of them in one) and finds each job's culprit from
 /// the judged stream heads.
-pub fn analyze(infos: &[RankInfo], heads: &[StreamHead], one_job: bool) -> Vec<JobView> {
+/// `kernels_known(pid)`: whether the process's kernels are seen at all (a shim journal).
+pub fn analyze(
+    infos: &[RankInfo],
+    heads: &[StreamHead],
+    one_job: bool,
+    kernels_known: &dyn Fn(u32) -> bool,
+) -> Vec<JobView> {
     let mut jobs: BTreeMap<String, Vec<&RankInfo>> = BTreeMap::new();
     for i in infos {
         let key = if one_job {
@@ -155,7 +161,7 @@ pub fn analyze(infos: &[RankInfo], heads: &[StreamHead], one_job: bool) -> Vec<J
             let ranks: Vec<RankState> = members
                 .iter()
                 .enumerate()
-                .map(|(i, m)| rank_state(m, i as u32, heads))
+                .map(|(i, m)| rank_state(m, i as u32, heads, kernels_known(m.pid)))
                 .collect();
             let culprit = culprit(&ranks);
             JobView {
@@ -167,7 +173,7 @@ pub fn analyze(infos: &[RankInfo], heads: &[StreamHead], one_job: bool) -> Vec<J
         .collect()
 }
 
-fn rank_state(m: &RankInfo, order: u32, heads: &[StreamHead]) -> RankState {
+fn rank_state(m: &RankInfo, order: u32, heads: &[StreamHead], known: bool) -> RankState {
     let judged = |h: &&StreamHead| {
         h.pid == m.pid && h.judgement.as_ref().is_some_and(|j| j.state != "running")
     };
@@ -200,6 +206,8 @@ fn rank_state(m: &RankInfo, order: u32, heads: &[StreamHead]) -> RankState {
         }
         Some(h) => ("stuck", Some(name(h)), Some(h.running_ms)),
         None if any => ("running", None, None),
+        // Without a journal nothing says whether a kernel is in flight: say that.
+        None if !known => ("kernels_unknown", None, None),
         None => ("no_kernel_in_flight", None, None),
     };
     RankState {
@@ -333,7 +341,7 @@ mod tests {
                 true,
             ),
         ];
-        let jobs = analyze(&infos, &heads, false);
+        let jobs = analyze(&infos, &heads, false, &|_| true);
         assert_eq!(jobs.len(), 1);
         let c = jobs[0].culprit.as_ref().expect("a culprit");
         assert_eq!((c.rank, c.pid, c.kernel.as_str()), (2, 102, "gemm_kernel"));
@@ -345,9 +353,19 @@ mod tests {
     fn no_culprit_without_a_waiting_peer() {
         let infos: Vec<RankInfo> = (0..2).map(|r| parse_environ(200 + r, 1, b"")).collect();
         let heads = vec![head(200, "gemm_kernel", 9_000.0, false)];
-        let jobs = analyze(&infos, &heads, false);
+        let jobs = analyze(&infos, &heads, false, &|_| true);
         assert!(jobs[0].culprit.is_none());
         assert_eq!(jobs[0].ranks[1].state, "no_kernel_in_flight");
         assert_eq!(jobs[0].ranks[1].rank_source, "pid order");
+    }
+
+    /// Without a shim journal nothing says whether a rank has a kernel in flight: the rank
+    /// says that, rather than "no kernel in flight".
+    #[test]
+    fn a_rank_without_a_journal_has_unknown_kernels() {
+        let infos: Vec<RankInfo> = (0..2).map(|r| parse_environ(300 + r, 1, b"")).collect();
+        let jobs = analyze(&infos, &[], false, &|pid| pid == 300);
+        let states: Vec<&str> = jobs[0].ranks.iter().map(|r| r.state).collect();
+        assert_eq!(states, ["no_kernel_in_flight", "kernels_unknown"]);
     }
 }

@@ -655,6 +655,14 @@ impl Model {
             .any(|j| !j.status.starts_with("rejected"))
     }
 
+    /// Whether `pid`'s kernels are known: its shim journal is recording (without one, eBPF
+    /// alone cannot see what runs on the GPU).
+    pub fn kernels_known(&self, pid: u32) -> bool {
+        self.journals
+            .get(&pid)
+            .is_some_and(|j| j.status == "recording")
+    }
+
     /// Every process's stream heads, longest running first.
     pub fn kernel_heads(&self) -> Vec<crate::kernels::StreamHead> {
         let mut heads: Vec<_> = self.kernels.values().flatten().cloned().collect();

@@ -130,7 +130,9 @@ impl Report {
             .keys()
             .map(|&pid| crate::job::read_rank_info(pid))
             .collect();
-        let jobs = crate::job::analyze(&infos, &kernels, crate::job::one_job());
+        let jobs = crate::job::analyze(&infos, &kernels, crate::job::one_job(), &|pid| {
+            model.kernels_known(pid)
+        });
         if let Some(c) = jobs.iter().find_map(|j| j.culprit.as_ref()) {
             verdict.summary = format!("{} Job: {}", verdict.summary, c.summary);
         }

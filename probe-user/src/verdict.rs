@@ -119,12 +119,21 @@ pub fn decide(
     } else {
         "A kernel ahead in the queue is likely wedged; eBPF-only mode cannot name it."
     };
+    // A launch that waits for room in a full queue spins in sched_yield (~72k/s on the H200);
+    // one that waits without yielding (a lazy module load, a driver lock behind the GPU) is
+    // said to be what was measured, not a full queue.
+    let launches = of(Some(ApiClass::Launch));
+    let launch_opening = if launches.iter().any(|t| t.sched_yield_per_s >= 1000.0) {
+        "GPU not completing work: launch blocked (driver launch queue full): "
+    } else {
+        "GPU not completing work: launch blocked with no sched_yield seen (not the full-queue spin, which yields ~72k/s on the H200: a lazy module load or a driver lock waiting behind the GPU): "
+    };
     // In order of strength: (threads, kind, opening, closing, list the other blocked threads).
     let groups = [
         (
-            of(Some(ApiClass::Launch)),
+            launches,
             VerdictKind::LaunchQueueFull,
-            "GPU not completing work: launch blocked (driver launch queue full): ",
+            launch_opening,
             launch_tail,
             true,
         ),
@@ -403,6 +412,37 @@ mod tests {
         );
         assert_eq!(v.kind, VerdictKind::LaunchQueueFull);
         assert!(v.summary.contains("cuLaunchKernel") && v.summary.contains("cuStreamSynchronize"));
+    }
+
+    /// A launch blocked while yielding is the full queue; one blocked without a yield (a lazy
+    /// module load behind a stuck kernel on the H200) is said to be what was measured.
+    #[test]
+    fn a_launch_blocked_without_yields_is_not_called_a_full_queue() {
+        let quiet = decide(
+            &[thread("cuLaunchKernel", 4000.0, 1000.0)],
+            1000.0,
+            true,
+            false,
+        );
+        assert_eq!(quiet.kind, VerdictKind::LaunchQueueFull);
+        assert!(
+            !quiet.summary.contains("launch queue full"),
+            "{}",
+            quiet.summary
+        );
+        assert!(
+            quiet.summary.contains("no sched_yield seen"),
+            "{}",
+            quiet.summary
+        );
+        let mut spinning = thread("cuLaunchKernel", 4000.0, 1000.0);
+        spinning.sched_yield_per_s = 72_000.0;
+        let full = decide(&[spinning], 1000.0, true, false);
+        assert!(
+            full.summary.contains("driver launch queue full"),
+            "{}",
+            full.summary
+        );
     }
 
     #[test]

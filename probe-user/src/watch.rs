@@ -156,7 +156,10 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
                 print_dump(out, args.json, pid, &dumped, recorder)?;
             }
         }
-        let jobs = crate::job::analyze(&infos, &kernels, crate::job::one_job());
+        let model = &session.collector.model;
+        let jobs = crate::job::analyze(&infos, &kernels, crate::job::one_job(), &|pid| {
+            model.kernels_known(pid)
+        });
         let culprit = jobs.iter().find_map(|j| j.culprit.as_ref());
         if culprit.map(|c| (c.pid, c.rank)) != last_culprit {
             last_culprit = culprit.map(|c| (c.pid, c.rank));

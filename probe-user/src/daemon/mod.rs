@@ -293,7 +293,9 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             })
             .collect();
         rank_infos.retain(|pid, _| collector.model.procs.contains_key(pid));
-        let jobs = crate::job::analyze(&infos, &all.kernels, false);
+        let model = &collector.model;
+        let jobs =
+            crate::job::analyze(&infos, &all.kernels, false, &|pid| model.kernels_known(pid));
         for j in &jobs {
             for r in &j.ranks {
                 if let Some(p) = snap.processes.iter_mut().find(|p| p.pid == r.pid) {
