@@ -11,6 +11,7 @@ KIT=${KIT:-$PWD/.bench/perfkit}
 SIDES=${SIDES:-base shim shim_daemon}
 PERF() { LD_LIBRARY_PATH=$KIT/lib "$KIT/perf" "$@"; }
 [ -e /sys/kernel/tracing/uprobe_events ] || mount -t tracefs tracefs /sys/kernel/tracing
+source "$(dirname "$0")/daemon_attach.sh"
 printf 'listen = "127.0.0.1:19464"\ndump_dir = "%s/dumps"\nlog_format = "json"\n' "$OUT" > "$OUT/daemon.toml"
 export PYTHONUNBUFFERED=1
 for side in $SIDES; do
@@ -26,14 +27,7 @@ for side in $SIDES; do
   for _ in $(seq 1 1200); do grep -q ready "$OUT/$side.out" 2>/dev/null && break; sleep 0.1; done
   pypid=$(pgrep -P $py python3 | head -1)
   d=
-  if [ -n "$daemon" ]; then
-    "$NEW/wedgeprobe" daemon --config "$OUT/daemon.toml" 2> "$OUT/$side.daemon" & d=$!
-    for _ in $(seq 1 300); do
-      grep '"event":"attached"' "$OUT/$side.daemon" 2>/dev/null | grep -q "\"pid\":$pypid" && break
-      sleep 0.1
-    done
-    sleep 1
-  fi
+  [ -n "$daemon" ] && daemon_attached "$NEW/wedgeprobe" "$OUT/daemon.toml" "$OUT/$side.daemon" "$pypid"
   touch "$go"; sleep 0.5
   PERF record -F 1999 -g -o "$OUT/$side.perf" -p "$pypid" -- sleep 3 > "$OUT/$side.record.log" 2>&1
   wait $py

@@ -19,6 +19,7 @@ ROUNDS=${ROUNDS:-3}
 SIDES=${SIDES:-base shim shim_daemon exact}
 WORKLOAD=${WORKLOAD:-serve}
 [ -e /sys/kernel/tracing/uprobe_events ] || mount -t tracefs tracefs /sys/kernel/tracing
+source "$(dirname "$0")/daemon_attach.sh"
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
 printf 'listen = "127.0.0.1:19464"\ndump_dir = "%s/dumps"\nlog_format = "json"\n' "$OUT" > "$OUT/daemon.toml"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
@@ -44,15 +45,7 @@ for r in $(seq 1 "$ROUNDS"); do
     py=$!
     for _ in $(seq 1 1200); do grep -q ready "$OUT/$side.$r.out" 2>/dev/null && break; sleep 0.1; done
     d=; pypid=$(pgrep -P $py python3 | head -1)
-    if [ -n "$daemon" ]; then
-      "$bin/wedgeprobe" daemon --config "$OUT/daemon.toml" 2> "$OUT/$side.$r.daemon" & d=$!
-      for _ in $(seq 1 300); do
-        grep '"event":"attached"' "$OUT/$side.$r.daemon" 2>/dev/null | grep -q "\"pid\":$pypid" && break
-        sleep 0.1
-      done
-      grep '"event":"attached"' "$OUT/$side.$r.daemon" | grep -q "\"pid\":$pypid" || echo "round $r $side: daemon did not attach to $pypid"
-      sleep 1
-    fi
+    [ -n "$daemon" ] && daemon_attached "$bin/wedgeprobe" "$OUT/daemon.toml" "$OUT/$side.$r.daemon" "$pypid"
     touch "$go"; wait $py
     if [ -n "$d" ]; then
       # The kernel's accounting of the daemon's eBPF programs over the run (bpf_stats).

@@ -330,32 +330,27 @@ unsafe extern "C" fn on_api(
         if domain != CUPTI_CB_DOMAIN_DRIVER_API {
             return;
         }
-        let begin = CAPTURE_BEGIN_CBIDS.contains(&cbid);
-        if begin || CAPTURE_END_CBIDS.contains(&cbid) {
-            // SAFETY: CUPTI passes a CUpti_CallbackData for the driver domain.
-            if let Some(d) = unsafe { data.cast::<CUpti_CallbackData>().as_ref() }
-                && d.callbackSite == CUPTI_API_EXIT
-            {
-                // SAFETY: for the driver domain the return value is a CUresult.
-                let ok = unsafe { d.functionReturnValue.cast::<u32>().as_ref() }
-                    .is_some_and(|r| *r == 0);
-                if !begin || ok {
-                    crate::marks::capture(begin);
-                }
-            }
-            return;
-        }
-        let (Some(rec), Some((api, per_thread))) = (recorder::get(), api_of(cbid)) else {
-            return;
-        };
         // SAFETY: CUPTI passes a CUpti_CallbackData for the driver domain, valid during the call.
         let Some(d) = (unsafe { data.cast::<CUpti_CallbackData>().as_ref() }) else {
             return;
         };
-        if d.callbackSite == CUPTI_API_EXIT {
-            // SAFETY: for the driver domain the return value is a CUresult.
-            let ok =
-                unsafe { d.functionReturnValue.cast::<u32>().as_ref() }.is_some_and(|r| *r == 0);
+        let exit = d.callbackSite == CUPTI_API_EXIT;
+        // SAFETY: at the exit, the driver domain's return value is a CUresult.
+        let ok = exit
+            && unsafe { d.functionReturnValue.cast::<u32>().as_ref() }.is_some_and(|r| *r == 0);
+        let Some((api, per_thread)) = api_of(cbid) else {
+            // The other ids enabled: a stream capture beginning (counted once it succeeded) or
+            // ending. Looked at only after the traced entry points, off the launch path.
+            let begin = CAPTURE_BEGIN_CBIDS.contains(&cbid);
+            if exit && (begin || CAPTURE_END_CBIDS.contains(&cbid)) && (ok || !begin) {
+                crate::marks::capture(begin);
+            }
+            return;
+        };
+        let Some(rec) = recorder::get() else {
+            return;
+        };
+        if exit {
             rec.api_exit(ok);
             if ok {
                 // SAFETY: the params struct matches the cbid.
@@ -401,7 +396,7 @@ unsafe extern "C" fn on_api(
         } else {
             stream as u64
         };
-        let mark = rec.launch_keyed(
+        rec.launch_keyed(
             name,
             d.symbolName as usize,
             Launch {
@@ -419,7 +414,6 @@ unsafe extern "C" fn on_api(
             },
             d.context as u64,
         );
-        rec.launch_context(mark, stream, d.context as u64);
     });
 }
 

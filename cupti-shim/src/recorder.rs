@@ -186,14 +186,13 @@ impl Recorder {
     /// A kernel launch; `name` is the mangled kernel name as the callback gives it. A graph
     /// launch (`launch.graph_id` = its executable graph) waits for that graph's kernel nodes.
     pub fn launch(&self, name: &[u8], launch: Launch) {
-        let _ = self.launch_keyed(name, 0, launch, 0);
+        self.launch_keyed(name, 0, launch, 0);
     }
 
     /// `launch` with `key` = the address the name came from (0: no caching). `launch.stream`
     /// must be a handle valid for the launching thread (the per-thread default stream as
     /// `marks::STREAM_PER_THREAD`): marks are written to it.
-    /// Returns the stream's mark slot + 1 (0: none).
-    pub fn launch_keyed(&self, name: &[u8], key: usize, mut launch: Launch, ctx: u64) -> u32 {
+    pub fn launch_keyed(&self, name: &[u8], key: usize, mut launch: Launch, ctx: u64) {
         launch.name_id = self.name_id(name, key);
         launch.tid = gettid();
         let graph = launch.graph_id != 0;
@@ -204,7 +203,6 @@ impl Recorder {
         IN_LAUNCH.with(|l| l.set((launch.correlation, launch.name_id)));
         self.writer.launch(&launch);
         PENDING.with(|p| p.set(pending.map(|d| (launch.correlation, graph, d))));
-        launch.mark
     }
 
     /// In marks mode: the stream's mark slot (into `launch.mark`), a mark before the launch
@@ -221,6 +219,8 @@ impl Recorder {
             launch.stream,
         )?;
         launch.mark = slot + 1;
+        // The context a stream's launches run in: the flush thread's idle marks need it.
+        m.set_context(slot, launch.stream, ctx);
         if !m.ready(ctx) {
             return None;
         }
@@ -320,16 +320,6 @@ impl Recorder {
         }
         self.writer.publish_marks(now);
         self.writer.heartbeat(now);
-    }
-
-    /// The context of a launch's stream (idle marks need it); `launch.mark` set by
-    /// `launch_keyed`.
-    pub fn launch_context(&self, launch_mark: u32, stream: u64, ctx: u64) {
-        if launch_mark != 0
-            && let Some(m) = marks::get()
-        {
-            m.set_context(launch_mark - 1, stream, ctx);
-        }
     }
 
     pub fn turn_off(&self) {

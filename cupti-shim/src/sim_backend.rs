@@ -106,7 +106,7 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
                 std::slice::from_raw_parts(l.name.cast::<u8>(), n)
             }
         };
-        let mark = rec.launch_keyed(
+        rec.launch_keyed(
             name,
             l.name as usize,
             Launch {
@@ -121,10 +121,9 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
                 cluster: [1, 1, 1],
                 ..Launch::default()
             },
+            // The simulated driver has one context, current everywhere.
             1,
         );
-        // The simulated driver has one context, current everywhere.
-        rec.launch_context(mark, l.stream, 1);
     });
 }
 

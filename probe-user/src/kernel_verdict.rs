@@ -151,7 +151,7 @@ pub fn judge(
         "running"
     };
     // Candidates: a collective wait only if every one of them is a collective.
-    let names = crate::kernels::JournalCursor::head_names(head);
+    let names = head.names();
     KernelJudgement {
         state,
         bound_ms,

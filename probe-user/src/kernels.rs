@@ -147,6 +147,17 @@ pub struct StreamHead {
     pub judgement: Option<crate::kernel_verdict::KernelJudgement>,
 }
 
+impl StreamHead {
+    /// The kernel names this head stands for: its candidates, or itself.
+    pub fn names(&self) -> Vec<&str> {
+        if self.exact {
+            vec![self.kernel.as_str()]
+        } else {
+            self.candidates.iter().map(|c| c.kernel.as_str()).collect()
+        }
+    }
+}
+
 impl JournalCursor {
     /// Consumes the ring since the last call; returns every record read (launches,
     /// completions, synchronizes), in ring order.
@@ -206,15 +217,6 @@ impl JournalCursor {
             }
         }
         read.records
-    }
-
-    /// The names a head stands for: its candidates, or itself.
-    pub fn head_names(head: &StreamHead) -> Vec<&str> {
-        if head.exact {
-            vec![head.kernel.as_str()]
-        } else {
-            head.candidates.iter().map(|c| c.kernel.as_str()).collect()
-        }
     }
 
     /// The oldest in-flight kernel of every stream, longest running first.
@@ -504,6 +506,14 @@ mod tests {
         marks_cap: 4,
     };
 
+    /// A journal of layout `L` and its writer (the journal outlives the writer's use).
+    fn journal() -> (OwnedJournal, Writer) {
+        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
+        // SAFETY: aligned, zeroed, sized; the caller keeps `mem` alive while it writes.
+        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        (mem, w)
+    }
+
     fn launch(w: &Writer, corr: u64, stream: u64, name: u32) {
         w.launch(&Launch {
             correlation: corr,
@@ -517,9 +527,7 @@ mod tests {
 
     #[test]
     fn the_head_is_the_oldest_unretired_launch_and_later_evidence_retires_earlier_ones() {
-        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
-        // SAFETY: aligned, zeroed, sized; `mem` outlives the writer.
-        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        let (mem, w) = journal();
         let stuck = w.intern(b"stuck");
         let other = w.intern(b"other");
         // Stream 7: corr 1, 2 (its record never delivered), 3 completes; 4 stuck; 5, 6 queued.
@@ -559,9 +567,7 @@ mod tests {
 
     #[test]
     fn between_scans_heads_age_and_retire_but_new_ones_wait_for_the_next_scan() {
-        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
-        // SAFETY: aligned, zeroed, sized; `mem` outlives the writer.
-        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        let (mem, w) = journal();
         let (stuck, other) = (w.intern(b"stuck"), w.intern(b"other"));
         launch(&w, 1, 7, stuck); // stream 7: never completes
         launch(&w, 2, 9, other); // stream 9: completes between scans
@@ -595,9 +601,7 @@ mod tests {
 
     #[test]
     fn a_stuck_graph_launch_names_its_first_kernel_node_not_completed() {
-        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
-        // SAFETY: aligned, zeroed, sized; `mem` outlives the writer.
-        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        let (mem, w) = journal();
         let (pre, mid, post) = (
             w.intern(b"_Z3prev"),
             w.intern(b"_Z6middlePVi"),
@@ -677,9 +681,7 @@ mod tests {
     /// launches up to the first mark are listed as candidates, never one of them alone.
     #[test]
     fn with_marks_the_stuck_kernel_is_named_or_narrowed_to_the_launches_between_two_marks() {
-        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
-        // SAFETY: aligned, zeroed, sized; `mem` outlives the writer.
-        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        let (mem, w) = journal();
         let mut words = vec![0u64; L.marks_cap as usize];
         // SAFETY: marks_cap u64s that outlive the writer's use in this test.
         unsafe { w.set_mark_words(words.as_mut_ptr()) };
@@ -763,9 +765,7 @@ mod tests {
 
     #[test]
     fn a_launch_captured_into_a_graph_leaves_the_in_flight_table() {
-        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
-        // SAFETY: aligned, zeroed, sized; `mem` outlives the writer.
-        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        let (mem, w) = journal();
         launch(&w, 3, 7, 0);
         w.captured(3, 5_000);
         let view = mem.view().unwrap();

@@ -162,6 +162,23 @@ static unsigned stream_index(CUstream s) {
 
 static uint64_t *stream_slot(CUstream s) { return &streams[stream_index(s)].last_seq; }
 
+/* Queues `it` on stream `s` (its seq assigned here); while the queue is full, spins on
+ * sched_yield as the real driver does. */
+static void push(CUstream s, struct item it) {
+    pthread_mutex_lock(&mu);
+    while (count == QUEUE_CAP) {
+        pthread_mutex_unlock(&mu);
+        sched_yield();
+        pthread_mutex_lock(&mu);
+    }
+    it.seq = next_seq++;
+    queue[(head + count) % QUEUE_CAP] = it;
+    count++;
+    *stream_slot(s) = it.seq;
+    pthread_cond_signal(&work);
+    pthread_mutex_unlock(&mu);
+}
+
 /* Enqueue; while the queue is full, spin on sched_yield as the real driver does. */
 static CUresult enqueue(unsigned api, struct sim_kernel *k, CUstream s, const unsigned grid[3],
                         const unsigned block[3]) {
@@ -173,18 +190,7 @@ static CUresult enqueue(unsigned api, struct sim_kernel *k, CUstream s, const un
     struct simcuda_launch l = {k->name, (unsigned long long)(uintptr_t)s, sid, 0,
                                {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}};
     uint64_t corr = api_enter(api, &l);
-    pthread_mutex_lock(&mu);
-    while (count == QUEUE_CAP) {
-        pthread_mutex_unlock(&mu);
-        sched_yield();
-        pthread_mutex_lock(&mu);
-    }
-    uint64_t seq = next_seq++;
-    queue[(head + count) % QUEUE_CAP] = (struct item){k, seq, corr, sid, NULL, 0};
-    count++;
-    *stream_slot(s) = seq;
-    pthread_cond_signal(&work);
-    pthread_mutex_unlock(&mu);
+    push(s, (struct item){k, 0, corr, sid, NULL, 0});
     api_exit(api, corr);
     return CUDA_SUCCESS;
 }
@@ -313,19 +319,7 @@ EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, uint64_t v
     (void)flags;
     if (!addr) return CUDA_ERROR_INVALID_VALUE;
     pthread_once(&started, start_gpu);
-    pthread_mutex_lock(&mu);
-    while (count == QUEUE_CAP) {
-        pthread_mutex_unlock(&mu);
-        sched_yield();
-        pthread_mutex_lock(&mu);
-    }
-    uint64_t seq = next_seq++;
-    queue[(head + count) % QUEUE_CAP] =
-        (struct item){&mark_op, seq, 0, 0, (_Atomic uint64_t *)(uintptr_t)addr, value};
-    count++;
-    *stream_slot(s) = seq;
-    pthread_cond_signal(&work);
-    pthread_mutex_unlock(&mu);
+    push(s, (struct item){&mark_op, 0, 0, 0, (_Atomic uint64_t *)(uintptr_t)addr, value});
     return CUDA_SUCCESS;
 }
 

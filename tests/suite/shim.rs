@@ -383,23 +383,29 @@ fn watch_leaves_launches_to_the_journal_and_still_sees_a_launch_blocked_after_at
     );
 }
 
+/// A worker with the shim that wedges 300 ms in (released after 8 s), with `extra` in its
+/// environment, and the report taken 1.5 s later (`--kernel-floor 1s`): the worker is
+/// returned so it lives as long as the test.
+fn wedged_report(extra: &[(&str, &str)]) -> (Worker, serde_json::Value) {
+    let shim = shim_path();
+    let mut env = vec![
+        ("CUDA_INJECTION64_PATH", shim.as_str()),
+        ("SIMCUDA_RELEASE_AFTER_S", "8"),
+    ];
+    env.extend_from_slice(extra);
+    let w = Worker::spawn(&["wedge", "10", "300"], &env);
+    sleep(secs(1.5));
+    let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+    (w, r)
+}
+
 /// Stream marks (the shim's default recording) cannot bracket a kernel launched in a burst:
 /// the report lists the launches it is narrowed to, in launch order, the stuck one among them,
 /// and names none of them alone — not in the head, not in the verdict.
 #[test]
 fn with_marks_a_kernel_launched_in_a_burst_is_narrowed_to_candidates_never_misnamed() {
     require_root!();
-    let shim = shim_path();
-    let w = Worker::spawn(
-        &["wedge", "10", "300"],
-        &[
-            ("CUDA_INJECTION64_PATH", &shim),
-            ("SIMCUDA_RELEASE_AFTER_S", "8"),
-            ("SIMWORKER_BURST", "3"),
-        ],
-    );
-    sleep(secs(1.5));
-    let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+    let (_w, r) = wedged_report(&[("SIMWORKER_BURST", "3")]);
     assert_eq!(
         r["targets"][0]["journal"]["record"], "marks",
         "{}",
@@ -458,18 +464,10 @@ fn with_marks_a_kernel_launched_in_a_burst_is_narrowed_to_candidates_never_misna
 #[test]
 fn the_exact_mode_names_a_kernel_launched_in_a_burst() {
     require_root!();
-    let shim = shim_path();
-    let w = Worker::spawn(
-        &["wedge", "10", "300"],
-        &[
-            ("CUDA_INJECTION64_PATH", &shim),
-            ("SIMCUDA_RELEASE_AFTER_S", "8"),
-            ("SIMWORKER_BURST", "3"),
-            ("WEDGEPROBE_SHIM_RECORD", "exact"),
-        ],
-    );
-    sleep(secs(1.5));
-    let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+    let (_w, r) = wedged_report(&[
+        ("SIMWORKER_BURST", "3"),
+        ("WEDGEPROBE_SHIM_RECORD", "exact"),
+    ]);
     assert_eq!(r["targets"][0]["journal"]["record"], "per-kernel");
     assert_eq!(r["verdict"]["kind"], "kernel_wedge", "{}", r["verdict"]);
     let head = &r["kernels"][0];
@@ -482,17 +480,7 @@ fn the_exact_mode_names_a_kernel_launched_in_a_burst() {
 #[test]
 fn without_pinned_memory_for_marks_the_shim_falls_back_to_per_kernel_records() {
     require_root!();
-    let shim = shim_path();
-    let w = Worker::spawn(
-        &["wedge", "10", "300"],
-        &[
-            ("CUDA_INJECTION64_PATH", &shim),
-            ("SIMCUDA_RELEASE_AFTER_S", "8"),
-            ("SIMCUDA_NO_HOST_ALLOC", "1"),
-        ],
-    );
-    sleep(secs(1.5));
-    let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+    let (w, r) = wedged_report(&[("SIMCUDA_NO_HOST_ALLOC", "1")]);
     assert_eq!(
         r["targets"][0]["journal"]["record"], "per-kernel",
         "{}",

@@ -62,13 +62,7 @@ fn a_trace_with_marks_records_the_kernels_that_run_while_it_traces() {
     let r = trace(w.pid(), &out, "2s");
     assert_eq!(r.status.code(), Some(0), "{r:?}");
     let c = chrome_check::check_file(&out).unwrap_or_else(|e| panic!("malformed trace: {e}"));
-    let kernels = c
-        .events
-        .iter()
-        .filter(|e| e["cat"] == "kernel" && e["ph"] == "X")
-        .count();
-    assert!(kernels >= 10, "{kernels} completed kernels");
-    assert!(c.flows_paired >= 10, "{} flows", c.flows_paired);
+    assert_completed_kernels_with_flows(&c);
     // Lapsed: a report after the trace sees the journal record with marks, not per kernel.
     sleep(secs(2.5));
     let rep = super::report_json(&["--pid", &w.pid_arg(), "--window", "1s"]);
@@ -78,6 +72,17 @@ fn a_trace_with_marks_records_the_kernels_that_run_while_it_traces() {
         j["completions_seen"], 0,
         "no per-kernel records once the lease lapsed: {j}"
     );
+}
+
+/// At least 10 completed kernel slices on the GPU tracks, and as many launch→kernel flows.
+fn assert_completed_kernels_with_flows(c: &Checked) {
+    let kernels = c
+        .events
+        .iter()
+        .filter(|e| e["cat"] == "kernel" && e["ph"] == "X")
+        .count();
+    assert!(kernels >= 10, "{kernels} completed kernels");
+    assert!(c.flows_paired >= 10, "{} flows", c.flows_paired);
 }
 
 fn open_named<'a>(c: &'a Checked, name: &str) -> Option<&'a serde_json::Value> {
@@ -117,13 +122,7 @@ fn a_trace_of_a_wedge_shows_the_stuck_kernel_and_the_blocked_threads_open() {
         c.open
     );
     // Completed kernels before the wedge, with flows from their launches.
-    let kernels = c
-        .events
-        .iter()
-        .filter(|e| e["cat"] == "kernel" && e["ph"] == "X")
-        .count();
-    assert!(kernels >= 10, "{kernels} completed kernels");
-    assert!(c.flows_paired >= 10, "{} flows", c.flows_paired);
+    assert_completed_kernels_with_flows(&c);
     // A verdict instant and the counters.
     assert!(c.events.iter().any(|e| e["cat"] == "verdict"));
     assert!(
