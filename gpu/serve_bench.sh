@@ -9,7 +9,9 @@
 # Sides: base (nothing), shim (the shim, default recording: stream marks), shim_daemon (+
 # `wedgeprobe daemon`, attached before the measurement starts), exact
 # (WEDGEPROBE_SHIM_RECORD=exact: a CUPTI record per kernel), exact_daemon, n32 (marks every 32
-# launches), old_shim / old_daemon (the binaries in $OLD, the release before this change).
+# launches), skip_X (measurement switch WEDGEPROBE_SHIM_SKIP=X: launch, graph, sync, capture,
+# resource, activity, subscribe — those CUPTI pieces left off, to price each; X may be a
+# comma list), cupti_off (the shim loaded but off), old_shim / old_daemon (the binaries in $OLD, the release before this change).
 # WORKLOAD=serve (default) or torch (the launch-bound loop).
 set -u
 OUT=${1:-/tmp/wpserve}; mkdir -p "$OUT"
@@ -37,11 +39,13 @@ for r in $(seq 1 "$ROUNDS"); do
       shim_daemon) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so); daemon=1 ;;
       exact) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM_RECORD=exact) ;;
       exact_daemon) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM_RECORD=exact); daemon=1 ;;
+      skip_*) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM_SKIP=${side#skip_}) ;;
+      cupti_off) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM=off) ;;
       n32) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM_MARK_EVERY=32) ;;
       old_shim) bin=$OLD; envs+=(CUDA_INJECTION64_PATH=$OLD/libcupti_shim.so) ;;
       old_daemon) bin=$OLD; envs+=(CUDA_INJECTION64_PATH=$OLD/libcupti_shim.so); daemon=1 ;;
     esac
-    env "${envs[@]}" timeout 300 "${CMD[@]}" > "$OUT/$side.$r.out" 2> "$OUT/$side.$r.err" &
+    env "${envs[@]}" timeout 300 ${PIN:+taskset -c "$PIN"} "${CMD[@]}" > "$OUT/$side.$r.out" 2> "$OUT/$side.$r.err" &
     py=$!
     for _ in $(seq 1 1200); do grep -q ready "$OUT/$side.$r.out" 2>/dev/null && break; sleep 0.1; done
     d=; pypid=$(pgrep -P $py python3 | head -1)
@@ -84,4 +88,18 @@ for s in sides:
         return f"{100 * (d if higher_better else d):+.1f}%"
     each = "; ".join(f"{r[keys[0]]:.0f}/{r[keys[1]]:.1f}" for r in res[s])
     print(f"| {s} | {len(res[s])} | {m[keys[0]]:,.1f} | {rel(keys[0])} | {m[keys[1]]:,.1f} | {rel(keys[1])} | {each} |")
+if workload == "serve":
+    # The launching thread's CPU time per eager decode step: less noisy than wall time here.
+    print()
+    print("| side | eager CPU ms/step (median) | vs base | each round |")
+    print("|---|---|---|---|")
+    cb = None
+    for s in sides:
+        v = [r["eager_cpu_ms_per_step"] for r in res.get(s, []) if "eager_cpu_ms_per_step" in r]
+        if not v:
+            continue
+        m = statistics.median(v)
+        cb = cb or (m if s == "base" else None)
+        rel = f"{100 * (m / cb - 1):+.1f}%" if cb else "-"
+        print(f"| {s} | {m:.3f} | {rel} | {', '.join(f'{x:.3f}' for x in v)} |")
 PY

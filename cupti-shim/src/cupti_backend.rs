@@ -49,10 +49,13 @@ static SUBSCRIBER: AtomicUsize = AtomicUsize::new(0);
 /// Set once the shim has given CUPTI back: callbacks and the flush thread do nothing after.
 static RELEASED: AtomicBool = AtomicBool::new(false);
 
-/// Resource callbacks that describe CUDA graphs, and the destruction of streams and contexts
-/// (idle marks must never touch them again). All rare: graph construction, teardown.
-const RESOURCE_CBIDS: [u32; 6] = [
+/// Resource callbacks that describe CUDA graphs, and the destruction of streams, contexts,
+/// modules and executable graphs (idle marks must never touch them again; the launch hooks'
+/// caches drop their handles). All rare: graph construction, teardown.
+const RESOURCE_CBIDS: [u32; 8] = [
     CUPTI_CBID_RESOURCE_CONTEXT_CREATED,
+    CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING,
+    CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING,
     CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
     CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
     CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED,
@@ -118,6 +121,56 @@ const CBIDS: &[(u32, &str)] = &[
     (CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2, "cuMemcpyDtoD_v2"),
 ];
 
+/// A measurement switch, not a mode (BENCHMARKS.md, issue 12): `WEDGEPROBE_SHIM_SKIP=launch`,
+/// `graph` or `sync` (comma-separated) leaves those callbacks off, to price CUPTI's dispatch
+/// on each kind of entry point. What is skipped is not recorded.
+#[derive(Clone, Copy, PartialEq)]
+enum Skip {
+    Launch,
+    Graph,
+    Sync,
+    Capture,
+    Resource,
+    /// No activity or timestamp callbacks registered.
+    Activity,
+    /// No `cuptiSubscribe` at all (no callbacks of any kind).
+    Subscribe,
+}
+
+impl Skip {
+    fn skips(self, name: &str) -> bool {
+        match self {
+            Skip::Launch => name.starts_with("cuLaunch"),
+            Skip::Graph => name.starts_with("cuGraphLaunch"),
+            Skip::Sync => !name.starts_with("cuLaunch") && !name.starts_with("cuGraphLaunch"),
+            _ => false,
+        }
+    }
+}
+
+fn measurement_skip() -> Vec<Skip> {
+    let v = std::env::var("WEDGEPROBE_SHIM_SKIP").unwrap_or_default();
+    let skip: Vec<Skip> = v
+        .split(',')
+        .filter_map(|w| match w.trim() {
+            "launch" => Some(Skip::Launch),
+            "graph" => Some(Skip::Graph),
+            "sync" => Some(Skip::Sync),
+            "capture" => Some(Skip::Capture),
+            "resource" => Some(Skip::Resource),
+            "activity" => Some(Skip::Activity),
+            "subscribe" => Some(Skip::Subscribe),
+            _ => None,
+        })
+        .collect();
+    if !skip.is_empty() {
+        crate::log_line(
+            b"measurement switch WEDGEPROBE_SHIM_SKIP: some callbacks left off, their calls not recorded",
+        );
+    }
+    skip
+}
+
 /// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED` (cupti_activity.h).
 const FLUSH_FORCED: u32 = 1;
 const FORCE_AFTER_NS: u64 = 500_000_000;
@@ -140,44 +193,65 @@ pub fn attach() -> Result<(), String> {
     let cupti = cupti_sys::load().map_err(|e| e.to_string())?;
     let c = CUPTI.get_or_init(|| cupti);
     RESOLVED.get_or_init(resolve);
+    let skip = measurement_skip();
+    let marks = recorder::get().is_some_and(|r| r.record_mode() == RECORD_MARKS);
+    if marks && let Err(why) = crate::launch_hooks::install(crate::launch_hooks::Resolve {
+        stream_id: stream_id_of,
+        graph_id: graph_id_of,
+        context: |_| {},
+    }) {
+        let mut line = b"launches recorded through CUPTI callbacks (dearer): ".to_vec();
+        line.extend_from_slice(why.as_bytes());
+        crate::log_line(&line);
+    }
     // SAFETY: documented CUPTI calls with valid arguments; the callbacks are extern "C" fns
     // that live for the whole process.
     unsafe {
-        check(
-            "cuptiActivityRegisterTimestampCallback",
-            (c.cuptiActivityRegisterTimestampCallback)(Some(timestamp)),
-        )?;
+        // Activity (per-kernel record) machinery only where it is used: merely registering
+        // its callbacks cost +12.6% on the launch-bound graph loop with nothing enabled
+        // (BENCHMARKS.md, issue 12). With marks it is set up when a lease or fallback wants it.
+        if !marks && !skip.contains(&Skip::Activity) {
+            activity_machinery(c)?;
+        }
+        if skip.contains(&Skip::Subscribe) {
+            return Ok(());
+        }
         let mut sub: CUpti_SubscriberHandle = std::ptr::null_mut();
         check(
             "cuptiSubscribe",
             (c.cuptiSubscribe)(&mut sub, Some(on_api), std::ptr::null_mut()),
         )?;
         SUBSCRIBER.store(sub as usize, Ordering::Release);
-        for &(cbid, _) in CBIDS {
+        for &(cbid, name) in CBIDS {
+            if skip.iter().any(|s| s.skips(name)) || (is_launch(name) && crate::launch_hooks::active()) {
+                continue;
+            }
             check(
                 "cuptiEnableCallback",
                 (c.cuptiEnableCallback)(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, cbid),
             )?;
         }
         for cbid in CAPTURE_BEGIN_CBIDS.into_iter().chain(CAPTURE_END_CBIDS) {
+            if skip.contains(&Skip::Capture) {
+                break;
+            }
             check(
                 "cuptiEnableCallback (capture)",
                 (c.cuptiEnableCallback)(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, cbid),
             )?;
         }
         for cbid in RESOURCE_CBIDS {
+            if skip.contains(&Skip::Resource) {
+                break;
+            }
             check(
                 "cuptiEnableCallback (resource)",
                 (c.cuptiEnableCallback)(1, sub, CUPTI_CB_DOMAIN_RESOURCE, cbid),
             )?;
         }
-        check(
-            "cuptiActivityRegisterCallbacks",
-            (c.cuptiActivityRegisterCallbacks)(Some(buffer_requested), Some(buffer_completed)),
-        )?;
         // Per-kernel records only in the exact mode: with marks they would cost ~0.9 µs of
         // CPU per launch for nothing (BENCHMARKS.md).
-        if recorder::get().is_none_or(|r| r.record_mode() != RECORD_MARKS) {
+        if !marks && !skip.contains(&Skip::Activity) {
             check(
                 "cuptiActivityEnable",
                 (c.cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
@@ -205,10 +279,10 @@ pub fn attach() -> Result<(), String> {
                     continue;
                 }
                 if rec.take_fallback() {
-                    // SAFETY: a documented CUPTI call, off any callback.
-                    let r =
-                        unsafe { (c.cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) };
-                    if r != CUPTI_SUCCESS {
+                    // Per-kernel records need CUPTI's ids on launches: CUPTI records them
+                    // from now on, the hooks pass them through.
+                    let ok = per_kernel_records(c, true).is_ok();
+                    if !ok {
                         crate::log_line(b"cannot enable per-kernel records either");
                     }
                 }
@@ -218,14 +292,8 @@ pub fn attach() -> Result<(), String> {
                     // are written by the GPU and published by the heartbeat.
                     let leased = rec.writer().per_kernel_leased(monotonic_ns());
                     if leased != per_kernel {
-                        // SAFETY: documented CUPTI calls, on our own thread.
-                        unsafe {
-                            if leased {
-                                (c.cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-                            } else {
-                                (c.cuptiActivityFlushAll)(FLUSH_FORCED);
-                                (c.cuptiActivityDisable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-                            }
+                        if per_kernel_records(c, leased).is_err() {
+                            crate::log_line(b"cannot switch per-kernel records for a lease");
                         }
                         per_kernel = leased;
                     }
@@ -269,6 +337,7 @@ pub fn release() {
     if RELEASED.swap(true, Ordering::AcqRel) {
         return;
     }
+    crate::launch_hooks::remove();
     let Some(c) = CUPTI.get() else { return };
     // SAFETY: documented CUPTI calls; the subscriber handle is the one cuptiSubscribe gave.
     unsafe {
@@ -284,6 +353,94 @@ pub fn release() {
         rec.writer().set_state(STATE_RELEASED);
     }
     crate::log_line(b"released CUPTI for another tool; recording stopped");
+}
+
+fn is_launch(name: &str) -> bool {
+    name.starts_with("cuLaunch") || name.starts_with("cuGraphLaunch")
+}
+
+/// Registers the activity callbacks and the timestamp clock (once).
+///
+/// # Safety
+/// Documented CUPTI calls; the callbacks live for the whole process.
+unsafe fn activity_machinery(c: &Cupti) -> Result<(), String> {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    // SAFETY: the caller's promise.
+    unsafe {
+        check(
+            "cuptiActivityRegisterTimestampCallback",
+            (c.cuptiActivityRegisterTimestampCallback)(Some(timestamp)),
+        )?;
+        check(
+            "cuptiActivityRegisterCallbacks",
+            (c.cuptiActivityRegisterCallbacks)(Some(buffer_requested), Some(buffer_completed)),
+        )?;
+    }
+    DONE.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Per-kernel completion records on or off (marks mode: a lease, or the fallback). With the
+/// launch hooks in place CUPTI's launch callbacks are switched with them: completion records
+/// carry CUPTI's ids, so CUPTI must see the launches. Switching on, the callbacks start before
+/// the hooks stop recording; off, the hooks record again before the callbacks stop — a launch
+/// in between is recorded twice, never missed. On the flush thread only.
+fn per_kernel_records(c: &Cupti, on: bool) -> Result<(), String> {
+    let sub = SUBSCRIBER.load(Ordering::Acquire) as CUpti_SubscriberHandle;
+    let hooks = crate::launch_hooks::active();
+    let launch_callbacks = |enable: u32| {
+        for &(cbid, name) in CBIDS {
+            if is_launch(name) && !sub.is_null() {
+                // SAFETY: a documented CUPTI call on our subscriber, off any callback.
+                unsafe { (c.cuptiEnableCallback)(enable, sub, CUPTI_CB_DOMAIN_DRIVER_API, cbid) };
+            }
+        }
+    };
+    // SAFETY: documented CUPTI calls, on the flush thread.
+    unsafe {
+        if on {
+            activity_machinery(c)?;
+            check(
+                "cuptiActivityEnable",
+                (c.cuptiActivityEnable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+            )?;
+            if hooks {
+                launch_callbacks(1);
+                crate::launch_hooks::pass_through(true);
+            }
+        } else {
+            if hooks {
+                crate::launch_hooks::pass_through(false);
+                launch_callbacks(0);
+            }
+            (c.cuptiActivityFlushAll)(FLUSH_FORCED);
+            (c.cuptiActivityDisable)(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        }
+    }
+    Ok(())
+}
+
+/// The stream id CUPTI's records use, for the launch hooks.
+fn stream_id_of(ctx: usize, stream: usize, per_thread: u8) -> u32 {
+    let mut id = 0u32;
+    if let Some(c) = CUPTI.get() {
+        // SAFETY: a context and stream handle from a launch call in progress.
+        unsafe { (c.cuptiGetStreamIdEx)(ctx as CUcontext, stream as CUstream, per_thread, &mut id) };
+    }
+    id
+}
+
+/// CUPTI's id of an executable graph (the journal's graph table is keyed by it).
+fn graph_id_of(exec: usize) -> u32 {
+    let mut id = 0u32;
+    if let Some(c) = CUPTI.get() {
+        // SAFETY: an executable graph handle from a launch call in progress.
+        unsafe { (c.cuptiGetGraphExecId)(exec as CUgraphExec, &mut id) };
+    }
+    id
 }
 
 extern "C" fn timestamp() -> u64 {
@@ -354,14 +511,17 @@ unsafe extern "C" fn on_api(
             rec.api_exit(ok);
             if ok {
                 // SAFETY: the params struct matches the cbid.
-                if let Some(stream) = unsafe { synced_stream(cbid, d.functionParams) } {
-                    rec.synced(d.correlationId as u64, stream);
+                if let Some(stream) = unsafe { synced_stream(cbid, d.functionParams) }
+                    && let Some(correlation) = rec.mapped(d.correlationId as u64)
+                {
+                    rec.synced(correlation, stream);
                 }
             }
             return;
         }
         let now = monotonic_ns();
-        let correlation = d.correlationId as u64;
+        // With the launch hooks in place, the journal's ids are ours (translated).
+        let correlation = rec.own_correlation(d.correlationId as u64);
         rec.api_enter(api, correlation, now);
         // SAFETY: the params struct matches the cbid (generated_cuda_meta.h); read in the call.
         let launch = unsafe { launch_params(cbid, d.functionParams) };
@@ -404,7 +564,7 @@ unsafe extern "C" fn on_api(
                 launch_ns: now,
                 stream,
                 stream_id,
-                device: device_of(d.context),
+                device: crate::driver::device_of(d.context as usize),
                 api,
                 grid,
                 block,
@@ -415,29 +575,6 @@ unsafe extern "C" fn on_api(
             d.context as u64,
         );
     });
-}
-
-thread_local! {
-    /// (context, its device) of this thread's last launch: cuCtxGetDevice once per context.
-    static DEVICE: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, 0)) };
-}
-
-/// The device of the launch's context (the current one during its callback).
-fn device_of(ctx: CUcontext) -> u32 {
-    DEVICE.with(|c| {
-        let (cached_ctx, dev) = c.get();
-        if cached_ctx == ctx as usize && cached_ctx != 0 {
-            return dev;
-        }
-        let mut d = 0i32;
-        let ok = crate::driver::driver()
-            .ctx_get_device
-            // SAFETY: an out-pointer; the callback's context is current.
-            .is_some_and(|f| unsafe { f(&mut d) } == 0);
-        let dev = if ok { d.max(0) as u32 } else { 0 };
-        c.set((ctx as usize, dev));
-        dev
-    })
 }
 
 /// Graph construction and instantiation: fills the journal's graph table.
@@ -452,9 +589,16 @@ unsafe fn on_resource(cbid: u32, data: *const CUpti_ResourceData) {
         }
         return;
     }
+    if cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING
+        || cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING
+    {
+        crate::launch_hooks::handles_changed();
+        return;
+    }
     if cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING
         || cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING
     {
+        crate::launch_hooks::handles_changed();
         // SAFETY: valid during the callback; for these ids `resourceHandle` is the stream.
         if let (Some(d), Some(m)) = (unsafe { data.as_ref() }, crate::marks::get()) {
             let stream = if cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING {
@@ -637,14 +781,19 @@ unsafe extern "C" fn buffer_completed(
             // SAFETY: a kernel record; Kernel9's leading fields are the common prefix of the
             // kernel records of CUPTI 12.x and 13.x.
             let k = unsafe { &*record.cast::<CUpti_ActivityKernel9>() };
+            // Launch hooks in place: CUPTI's id translated (a record of a launch CUPTI did
+            // not record for us is skipped; marks retire that launch).
+            let Some(correlation) = rec.mapped(k.correlationId as u64) else {
+                continue;
+            };
             if k.end == 0 {
                 // A forced flush of a kernel still running: not a completion, and its record
                 // will never come back; a later synchronize frees its in-flight slot.
-                rec.writer().orphaned(k.correlationId as u64);
+                rec.writer().orphaned(correlation);
                 continue;
             }
             rec.complete(&Completion {
-                correlation: k.correlationId as u64,
+                correlation,
                 start_ns: k.start,
                 end_ns: k.end,
                 stream_id: k.streamId,

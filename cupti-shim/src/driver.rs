@@ -22,6 +22,7 @@ pub type WriteValue64 = unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32;
 /// `cuStreamIsCapturing(stream, &status)`: a mark must never be captured into a graph.
 pub type IsCapturing = unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
 /// `cuCtxGetDevice(&device)` for the current context.
+pub type CtxGetCurrent = unsafe extern "C" fn(*mut *mut c_void) -> u32;
 pub type CtxGetDevice = unsafe extern "C" fn(*mut i32) -> u32;
 /// `cuCtxSetCurrent(ctx)`: the flush thread's idle marks run in the stream's context.
 pub type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> u32;
@@ -32,13 +33,14 @@ pub type CtxPop = unsafe extern "C" fn(*mut *mut c_void) -> u32;
 
 pub struct Driver {
     get_params: Option<GetParams>,
-    func_name: Option<FuncName>,
-    kernel_name: Option<KernelName>,
+    pub(crate) func_name: Option<FuncName>,
+    pub(crate) kernel_name: Option<KernelName>,
     pub host_alloc: Option<HostAlloc>,
     pub host_device_pointer: Option<HostDevicePointer>,
     pub write_value64: Option<WriteValue64>,
     pub is_capturing: Option<IsCapturing>,
     pub ctx_get_device: Option<CtxGetDevice>,
+    pub ctx_get_current: Option<CtxGetCurrent>,
     pub ctx_set_current: Option<CtxSetCurrent>,
     pub exchange_capture_mode: Option<ExchangeCaptureMode>,
     pub ctx_push: Option<CtxPush>,
@@ -97,6 +99,9 @@ pub fn driver() -> &'static Driver {
                 ctx_get_device: std::mem::transmute::<*mut c_void, Option<CtxGetDevice>>(sym(
                     c"cuCtxGetDevice",
                 )),
+                ctx_get_current: std::mem::transmute::<*mut c_void, Option<CtxGetCurrent>>(sym(
+                    c"cuCtxGetCurrent",
+                )),
                 ctx_set_current: std::mem::transmute::<*mut c_void, Option<CtxSetCurrent>>(sym(
                     c"cuCtxSetCurrent",
                 )),
@@ -143,4 +148,27 @@ pub fn kernel_node_name(node: CUgraphNode) -> Vec<u8> {
     }
     // SAFETY: the driver returns a NUL-terminated name it owns.
     unsafe { CStr::from_ptr(name) }.to_bytes().to_vec()
+}
+
+thread_local! {
+    /// (context, its device) of this thread's last launch: cuCtxGetDevice once per context.
+    static DEVICE: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The device of a launch's context, which is current during the launch call.
+pub fn device_of(ctx: usize) -> u32 {
+    DEVICE.with(|c| {
+        let (cached_ctx, dev) = c.get();
+        if cached_ctx == ctx && cached_ctx != 0 {
+            return dev;
+        }
+        let mut d = 0i32;
+        let ok = driver()
+            .ctx_get_device
+            // SAFETY: an out-pointer; the launch's context is current.
+            .is_some_and(|f| unsafe { f(&mut d) } == 0);
+        let dev = if ok { d.max(0) as u32 } else { 0 };
+        c.set((ctx, dev));
+        dev
+    })
 }

@@ -17,9 +17,11 @@
 //! launches between two marks) or `exact` (a CUPTI record per kernel: always the exact kernel
 //! and graph node, at the price in BENCHMARKS.md).
 
+mod code_patch;
 pub mod cupti_backend;
 mod driver;
 pub mod journal;
+pub mod launch_hooks;
 pub mod marks;
 pub mod recorder;
 pub mod shm;
@@ -89,7 +91,19 @@ fn init() -> Result<(), String> {
                     if rec.writer().release_requested() {
                         sim_backend::release();
                     }
-                    rec.take_fallback();
+                    if rec.take_fallback() {
+                        // Per-kernel records carry the driver's ids: it records launches now.
+                        launch_hooks::pass_through(true);
+                    }
+                    // A lease of per-kernel records: the simulated driver's callbacks record
+                    // launches meanwhile (as CUPTI's do), the hooks pass them through.
+                    if launch_hooks::active()
+                        && rec.record_mode() == probe_common::journal::RECORD_MARKS
+                        && !sim_backend::released()
+                    {
+                        let leased = rec.writer().per_kernel_leased(recorder::monotonic_ns());
+                        launch_hooks::pass_through(leased);
+                    }
                     rec.heartbeat();
                 }
                 std::thread::sleep(

@@ -10,7 +10,7 @@ use std::{
     cell::Cell,
     sync::{
         OnceLock,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
@@ -24,6 +24,14 @@ use crate::{
 
 pub struct Recorder {
     writer: Writer,
+    /// The journal's correlation ids while the launch hooks record (`crate::launch_hooks`):
+    /// CUPTI's ids are not seen on the hooked path, so every id comes from here.
+    next_correlation: AtomicU64,
+    /// CUPTI's id → ours, for what CUPTI still reports while the hooks are in place
+    /// (synchronizes, and launches and their completion records under a per-kernel lease):
+    /// one word per entry, indexed by CUPTI's id, holding a check of it (high 24 bits) and
+    /// our id (low 40 bits). An entry is overwritten after `CORRELATION_MAP` later ids.
+    correlation_map: Box<[AtomicU64]>,
     /// Marks could not work here (no pinned memory, no stream-ordered write): the backend is
     /// to switch per-kernel completion records on (its flush thread polls this).
     fallback_wanted: AtomicBool,
@@ -54,6 +62,10 @@ thread_local! {
 }
 
 const NAME_CACHE_LEN: usize = 64;
+
+/// Entries of `Recorder::correlation_map` (power of two).
+const CORRELATION_MAP: usize = 1 << 16;
+const OUR_ID_BITS: u32 = 40;
 
 /// Length and first 7 bytes of a name, packed: what a cache entry is checked against.
 fn name_check(name: &[u8]) -> u64 {
@@ -102,6 +114,8 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
     let writer = unsafe { Writer::create(file.base(), layout, pid, mono, real) };
     let rec = RECORDER.get_or_init(|| Recorder {
         writer,
+        next_correlation: AtomicU64::new(1),
+        correlation_map: (0..CORRELATION_MAP).map(|_| AtomicU64::new(0)).collect(),
         fallback_wanted: AtomicBool::new(false),
         _file: file,
     });
@@ -114,6 +128,7 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
 }
 
 extern "C" fn remove_at_exit() {
+    crate::launch_hooks::remove();
     if let Some(rec) = RECORDER.get() {
         rec.writer.set_state(STATE_OFF);
         rec._file.unlink();
@@ -139,6 +154,35 @@ impl Recorder {
             v if v == u32::MAX - 1 => None,
             v => Some(v),
         })
+    }
+
+    /// The next correlation id of the recorder's own (launch hooks in place).
+    pub fn next_correlation(&self) -> u64 {
+        self.next_correlation.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The journal's id for an API call CUPTI (or the simulated driver) reports at its entry
+    /// with id `theirs`: while the launch hooks are in place, a new id of ours, remembered for
+    /// `mapped`; otherwise `theirs`.
+    pub fn own_correlation(&self, theirs: u64) -> u64 {
+        if !crate::launch_hooks::active() {
+            return theirs;
+        }
+        let ours = self.next_correlation() & ((1 << OUR_ID_BITS) - 1);
+        let i = theirs as usize & (CORRELATION_MAP - 1);
+        self.correlation_map[i].store(((theirs >> 16) << OUR_ID_BITS) | ours, Ordering::Relaxed);
+        ours
+    }
+
+    /// Our id for `theirs` given by `own_correlation` (`None`: not one we mapped, or
+    /// overwritten since). Without launch hooks ids are not translated.
+    pub fn mapped(&self, theirs: u64) -> Option<u64> {
+        if !crate::launch_hooks::active() {
+            return Some(theirs);
+        }
+        let w = self.correlation_map[theirs as usize & (CORRELATION_MAP - 1)].load(Ordering::Relaxed);
+        let check = (theirs >> 16) & ((1 << (64 - OUR_ID_BITS)) - 1);
+        (w != 0 && w >> OUR_ID_BITS == check).then_some(w & ((1 << OUR_ID_BITS) - 1))
     }
 
     /// The calling thread enters a driver/runtime API call (`probe_common::api` id).
@@ -192,8 +236,13 @@ impl Recorder {
     /// `launch` with `key` = the address the name came from (0: no caching). `launch.stream`
     /// must be a handle valid for the launching thread (the per-thread default stream as
     /// `marks::STREAM_PER_THREAD`): marks are written to it.
-    pub fn launch_keyed(&self, name: &[u8], key: usize, mut launch: Launch, ctx: u64) {
-        launch.name_id = self.name_id(name, key);
+    pub fn launch_keyed(&self, name: &[u8], key: usize, launch: Launch, ctx: u64) {
+        self.launch_named(self.name_id(name, key), launch, ctx);
+    }
+
+    /// `launch_keyed` with the name already interned (the launch hooks cache name ids).
+    pub fn launch_named(&self, name_id: u32, mut launch: Launch, ctx: u64) {
+        launch.name_id = name_id;
         launch.tid = gettid();
         let graph = launch.graph_id != 0;
         if graph {

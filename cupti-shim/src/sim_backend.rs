@@ -44,6 +44,10 @@ static CALLBACKS: SimCallbacks = SimCallbacks {
 static ATTACHED: AtomicBool = AtomicBool::new(false);
 static RELEASED: AtomicBool = AtomicBool::new(false);
 
+pub fn released() -> bool {
+    RELEASED.load(Ordering::Acquire)
+}
+
 pub fn attached() -> bool {
     ATTACHED.load(Ordering::Acquire)
 }
@@ -54,6 +58,7 @@ pub fn release() {
     if RELEASED.swap(true, Ordering::AcqRel) {
         return;
     }
+    crate::launch_hooks::remove();
     if let Some(rec) = recorder::get() {
         rec.writer().set_state(STATE_RELEASED);
     }
@@ -81,15 +86,57 @@ pub fn attach() -> bool {
         unsafe { std::mem::transmute::<*mut c_void, _>(sym) };
     subscribe(&CALLBACKS);
     ATTACHED.store(true, Ordering::Release);
+    if recorder::get().is_some_and(|r| r.record_mode() == RECORD_MARKS)
+        && let Err(why) = crate::launch_hooks::install(crate::launch_hooks::Resolve {
+            stream_id: sim_stream_id,
+            graph_id: |_| 0,
+            context: |_| sim_context(),
+        })
+    {
+        let mut line = b"launches recorded through the driver's callbacks: ".to_vec();
+        line.extend_from_slice(why.as_bytes());
+        crate::log_line(&line);
+    }
     true
+}
+
+/// The simulated driver's stream index (`simcuda_stream_id`), what its callbacks report.
+fn sim_stream_id(_ctx: usize, stream: usize, _per_thread: u8) -> u32 {
+    // SAFETY: a NUL-terminated symbol name; RTLD_DEFAULT searches the loaded objects.
+    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"simcuda_stream_id".as_ptr()) };
+    if sym.is_null() {
+        return 0;
+    }
+    // SAFETY: the simulated driver defines `unsigned simcuda_stream_id(CUstream)`.
+    let f: extern "C" fn(usize) -> u32 = unsafe { std::mem::transmute::<*mut c_void, _>(sym) };
+    f(stream)
+}
+
+/// The simulated driver has one context, "created" before its first call (or launch).
+fn sim_context() {
+    static CONTEXT: std::sync::Once = std::sync::Once::new();
+    if let Some(rec) = recording() {
+        CONTEXT.call_once(|| rec.context_created(1));
+    }
+}
+
+thread_local! {
+    /// The launch callback now running was left to the launch hooks (its exit is too).
+    static LEFT_TO_HOOKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
     guarded(|| {
         let Some(rec) = recording() else { return };
-        // The simulated driver has one context, "created" before its first call.
-        static CONTEXT: std::sync::Once = std::sync::Once::new();
-        CONTEXT.call_once(|| rec.context_created(1));
+        sim_context();
+        // A launch the hooks recorded: what CUPTI's callbacks do when the hooks are in place
+        // (their launch callbacks are off).
+        let hooked = !launch.is_null() && crate::launch_hooks::recording();
+        LEFT_TO_HOOKS.with(|l| l.set(hooked));
+        if hooked {
+            return;
+        }
+        let correlation = rec.own_correlation(correlation);
         let now = monotonic_ns();
         rec.api_enter(api, correlation, now);
         // SAFETY: the driver passes a valid SimLaunch for launches, null otherwise.
@@ -129,6 +176,9 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
 
 extern "C" fn api_exit(_api: u32, _correlation: u64) {
     guarded(|| {
+        if LEFT_TO_HOOKS.with(|l| l.replace(false)) {
+            return;
+        }
         if let Some(rec) = recording() {
             rec.api_exit(true);
         }
@@ -142,6 +192,9 @@ extern "C" fn kernel_done(correlation: u64, start_ns: u64, end_ns: u64, stream_i
         if let Some(rec) = recording()
             && (rec.record_mode() != RECORD_MARKS || rec.writer().per_kernel_leased(monotonic_ns()))
         {
+            let Some(correlation) = rec.mapped(correlation) else {
+                return;
+            };
             rec.complete(&Completion {
                 correlation,
                 start_ns,

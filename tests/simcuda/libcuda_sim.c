@@ -246,41 +246,66 @@ EXPORT CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) { *f = k; return 
 
 #define DIMS(a, b, c) ((const unsigned[3]){a, b, c})
 
-EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+/* The launch entry points keep a frame-pointer prologue (push rbp; mov rbp,rsp; ...), as
+ * libcuda's exported functions do, so the shim's launch hooks patch them here too. */
+#define HOOKABLE __attribute__((noinline, optimize("no-omit-frame-pointer", "no-shrink-wrap")))
+
+EXPORT CUresult cuFuncGetName(const char **name, CUfunction f) {
+    if (!name || !f) return CUDA_ERROR_INVALID_VALUE;
+    *name = ((struct sim_kernel *)f)->name;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = (CUcontext)0x1; return 0; }
+/* The stream index the callbacks report as its id (what CUPTI's stream ids are to the shim). */
+EXPORT unsigned simcuda_stream_id(CUstream s) {
+    pthread_mutex_lock(&mu);
+    unsigned sid = stream_index(s);
+    pthread_mutex_unlock(&mu);
+    return sid;
+}
+
+EXPORT HOOKABLE CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, unsigned shmem, CUstream s,
                                void **params, void **extra) {
     (void)shmem; (void)params; (void)extra;
     return enqueue(SIM_API_LAUNCH_KERNEL, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
-EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+EXPORT HOOKABLE CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                     unsigned by, unsigned bz, unsigned shmem, CUstream s,
                                     void **params, void **extra) {
     (void)shmem; (void)params; (void)extra;
     return enqueue(SIM_API_LAUNCH_KERNEL + 1, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
-EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+EXPORT HOOKABLE CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
     (void)params; (void)extra;
     if (!c) return CUDA_ERROR_INVALID_VALUE;
     return enqueue(SIM_API_LAUNCH_KERNEL_EX, f, c->hStream, DIMS(c->gridDimX, c->gridDimY, c->gridDimZ),
                    DIMS(c->blockDimX, c->blockDimY, c->blockDimZ));
 }
-EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+EXPORT HOOKABLE CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
     (void)params; (void)extra;
     if (!c) return CUDA_ERROR_INVALID_VALUE;
     return enqueue(SIM_API_LAUNCH_KERNEL_EX + 1, f, c->hStream, DIMS(c->gridDimX, c->gridDimY, c->gridDimZ),
                    DIMS(c->blockDimX, c->blockDimY, c->blockDimZ));
 }
-EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+EXPORT HOOKABLE CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                           unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                           CUstream s, void **params) {
     (void)shmem; (void)params;
     return enqueue(SIM_API_LAUNCH_COOPERATIVE, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
-EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+EXPORT HOOKABLE CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+                                                        unsigned gz, unsigned bx, unsigned by,
+                                                        unsigned bz, unsigned shmem, CUstream s,
+                                                        void **params) {
+    (void)shmem; (void)params;
+    return enqueue(SIM_API_LAUNCH_COOPERATIVE + 1, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
+}
+EXPORT HOOKABLE CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     (void)g;
     return enqueue(SIM_API_GRAPH_LAUNCH, &graph_kernel, s, DIMS(1, 1, 1), DIMS(1, 1, 1));
 }
-EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+EXPORT HOOKABLE CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
     (void)g;
     return enqueue(SIM_API_GRAPH_LAUNCH + 1, &graph_kernel, s, DIMS(1, 1, 1), DIMS(1, 1, 1));
 }

@@ -1,0 +1,474 @@
+//! Launches recorded at libcuda's exported launch entry points instead of through CUPTI's
+//! callbacks (the default with stream marks). Measured on the H200 (BENCHMARKS.md, issue 12):
+//! CUPTI's launch callbacks were most of the shim's eager cost (launch-bound loop +31% with
+//! them, +8% with them left off); a call through our function and a record costs tens of ns.
+//!
+//! Every caller reaches these entry points — the runtime's `cuGetProcAddress` hands out the
+//! exported addresses, Triton binds them with `dlsym`, NCCL through the runtime — so one patch
+//! per entry point covers them all (`crate::code_patch`). Where an entry point cannot be
+//! patched, none is, and CUPTI's callbacks record launches as before (one log line).
+//!
+//! Correlation ids: CUPTI's are not seen here, so while hooks record, every journal id comes
+//! from the recorder's own counter (`Recorder::next_correlation`), synchronizes included;
+//! CUPTI's ids are translated where CUPTI still reports (`Recorder::own_correlation`).
+//! While `wedgeprobe trace` leases per-kernel records the hooks pass launches through and
+//! CUPTI's launch callbacks record them (their completion records need CUPTI's ids).
+
+use std::{
+    cell::Cell,
+    ffi::{CStr, c_char, c_void},
+    sync::{
+        OnceLock,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    },
+};
+
+use probe_common::api;
+
+use crate::{
+    code_patch,
+    journal::Launch,
+    recorder::{self, monotonic_ns},
+};
+
+/// The hooks are in place and record launches.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Launches pass through unrecorded: CUPTI's callbacks record them now (a per-kernel lease),
+/// or the shim stopped (released, process exiting).
+static PASS: AtomicBool = AtomicBool::new(false);
+/// Bumped when handles may be reused (a module unloaded, a stream, graph or context
+/// destroyed): the per-thread caches below drop what they hold.
+static EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// How the backend names what a launch refers to.
+pub struct Resolve {
+    /// (context, stream, per-thread default stream) → the stream id CUPTI's records use.
+    pub stream_id: fn(usize, usize, u8) -> u32,
+    /// An executable graph → its id in the journal's graph table (0: unknown).
+    pub graph_id: fn(usize) -> u32,
+    /// Called with each launch's context before it is recorded (the simulated driver has no
+    /// context-created callback; CUPTI's backend learns contexts from CUPTI).
+    pub context: fn(usize),
+}
+
+static RESOLVE: OnceLock<Resolve> = OnceLock::new();
+/// The patches applied, for `remove`.
+static PATCHES: OnceLock<Vec<code_patch::Patch>> = OnceLock::new();
+
+#[derive(Clone, Copy)]
+enum Entry {
+    Launch,
+    LaunchPtsz,
+    LaunchEx,
+    LaunchExPtsz,
+    Cooperative,
+    CooperativePtsz,
+    Graph,
+    GraphPtsz,
+}
+
+const ENTRIES: [(Entry, &CStr); 8] = [
+    (Entry::Launch, c"cuLaunchKernel"),
+    (Entry::LaunchPtsz, c"cuLaunchKernel_ptsz"),
+    (Entry::LaunchEx, c"cuLaunchKernelEx"),
+    (Entry::LaunchExPtsz, c"cuLaunchKernelEx_ptsz"),
+    (Entry::Cooperative, c"cuLaunchCooperativeKernel"),
+    (Entry::CooperativePtsz, c"cuLaunchCooperativeKernel_ptsz"),
+    (Entry::Graph, c"cuGraphLaunch"),
+    (Entry::GraphPtsz, c"cuGraphLaunch_ptsz"),
+];
+
+/// The originals, reached through their trampolines.
+static ORIGINAL: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+/// `probe_common::api` ids of the entries.
+static API: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+
+type LaunchFn = unsafe extern "C" fn(
+    *mut c_void,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> u32;
+type LaunchExFn = unsafe extern "C" fn(
+    *const cupti_sys::CUlaunchConfig,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> u32;
+type CooperativeFn = unsafe extern "C" fn(
+    *mut c_void,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    *mut c_void,
+    *mut *mut c_void,
+) -> u32;
+type GraphFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
+
+/// Whether the hooks record launches now (CUPTI's launch callbacks are then off).
+pub fn recording() -> bool {
+    ACTIVE.load(Ordering::Relaxed) && !PASS.load(Ordering::Relaxed)
+}
+
+/// Whether the hooks are installed (journal correlation ids are then the recorder's own).
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Launches pass through (`true`: CUPTI's callbacks record them, or nothing does once the shim
+/// stopped) or are recorded here again.
+pub fn pass_through(on: bool) {
+    PASS.store(on, Ordering::SeqCst);
+}
+
+/// Handles may be reused from now on: cached names, stream ids and graph ids are dropped.
+pub fn handles_changed() {
+    EPOCH.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Patches every launch entry point of the loaded libcuda, or none. At `cuInit`, before any
+/// launch can run. `Err` says why (the caller keeps CUPTI's callbacks and logs it).
+pub fn install(resolve: Resolve) -> Result<(), &'static str> {
+    if std::env::var("WEDGEPROBE_SHIM_HOOKS").is_ok_and(|v| v == "off" || v == "0") {
+        return Err("launch hooks turned off by WEDGEPROBE_SHIM_HOOKS");
+    }
+    // SAFETY: RTLD_NOLOAD only finds a libcuda the process has loaded already.
+    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        return Err("libcuda.so.1 is not loaded");
+    }
+    let mut targets = [0usize; 8];
+    for (i, (_, name)) in ENTRIES.iter().enumerate() {
+        // SAFETY: a valid handle and a NUL-terminated name.
+        let p = unsafe { libc::dlsym(h, name.as_ptr()) } as usize;
+        if p == 0 {
+            return Err("libcuda lacks a launch entry point");
+        }
+        let head = {
+            // SAFETY: an exported function's first 16 bytes are mapped code.
+            unsafe { std::slice::from_raw_parts(p as *const u8, 16) }
+        };
+        if code_patch::prologue_len(head).is_none() {
+            return Err("libcuda's launch entry points begin with instructions the shim does not move");
+        }
+        targets[i] = p;
+        let id = api::id_of(name.to_str().unwrap_or_default()).ok_or("unknown entry point")?;
+        API[i].store(id as usize, Ordering::Relaxed);
+    }
+    let _ = RESOLVE.set(resolve);
+    let mut page = code_patch::Page::near(targets[0])?;
+    let ours: [usize; 8] = [
+        launch as *const () as usize,
+        launch_ptsz as *const () as usize,
+        launch_ex as *const () as usize,
+        launch_ex_ptsz as *const () as usize,
+        cooperative as *const () as usize,
+        cooperative_ptsz as *const () as usize,
+        graph as *const () as usize,
+        graph_ptsz as *const () as usize,
+    ];
+    // Every trampoline is written and made executable before the first jump goes in.
+    let mut patches = Vec::with_capacity(8);
+    for i in 0..8 {
+        patches.push(page.prepare(targets[i], ours[i])?);
+        ORIGINAL[i].store(patches[i].trampoline, Ordering::Release);
+    }
+    page.seal()?;
+    for (i, p) in patches.iter().enumerate() {
+        // SAFETY: exported functions no thread runs yet (we are inside cuInit, before any
+        // launch can be made); `ours[i]` has the entry's signature; the page is sealed.
+        if let Err(why) = unsafe { p.apply() } {
+            // Entries patched so far stay patched: they pass launches through unrecorded, and
+            // CUPTI's callbacks record every launch as before.
+            if i > 0 {
+                PASS.store(true, Ordering::SeqCst);
+            }
+            return Err(why);
+        }
+    }
+    let _ = PATCHES.set(patches);
+    ACTIVE.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// The shim stops recording for good (released, or the process exits): launches pass
+/// through, and libcuda's entry points get their own first instructions back — wedgeprobe
+/// then traces launches with uprobes on them, and a uprobe on a patched entry would run the
+/// file's instruction and land inside our jump.
+pub fn remove() {
+    PASS.store(true, Ordering::SeqCst);
+    if let Some(patches) = PATCHES.get() {
+        for p in patches {
+            // SAFETY: each was applied by `install`.
+            if let Err(why) = unsafe { p.restore() } {
+                let mut line = b"launch hooks: ".to_vec();
+                line.extend_from_slice(why.as_bytes());
+                crate::log_line(&line);
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Launched functions' name ids by handle: (handle, epoch, name id).
+    static NAMES: [Cell<(usize, u64, u32)>; 64] = const { [const { Cell::new((0, 0, 0)) }; 64] };
+    /// Streams' ids by (handle, per-thread flag): (key, epoch, stream id).
+    static STREAMS: [Cell<(usize, u64, u32)>; 16] = const { [const { Cell::new((0, 0, 0)) }; 16] };
+    /// Executable graphs' ids: (handle, epoch, graph id).
+    static GRAPHS: [Cell<(usize, u64, u32)>; 16] = const { [const { Cell::new((0, 0, 0)) }; 16] };
+}
+
+/// A per-thread cache lookup: `make` runs on a miss (its 0 is not cached).
+fn cached<const N: usize>(
+    cache: &'static std::thread::LocalKey<[Cell<(usize, u64, u32)>; N]>,
+    key: usize,
+    make: impl FnOnce() -> u32,
+) -> u32 {
+    let epoch = EPOCH.load(Ordering::Acquire);
+    let i = (key >> 4) % N;
+    cache.with(|c| {
+        let (k, e, v) = c[i].get();
+        if k == key && e == epoch {
+            return v;
+        }
+        let v = make();
+        if v != 0 {
+            c[i].set((key, epoch, v));
+        }
+        v
+    })
+}
+
+/// The mangled name of a launched function (a `CUfunction`, or a `CUkernel` passed as one).
+fn function_name_id(rec: &recorder::Recorder, f: *mut c_void) -> u32 {
+    cached(&NAMES, f as usize, || {
+        let d = crate::driver::driver();
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: out-pointer; the driver validates the handle and fails on a foreign one.
+        let ok = d.func_name.is_some_and(|g| unsafe { g(&mut p, f.cast()) } == 0)
+            || d.kernel_name.is_some_and(|g| unsafe { g(&mut p, f.cast()) } == 0);
+        if !ok || p.is_null() {
+            return rec.writer().intern(b"(kernel name unknown)");
+        }
+        // SAFETY: a NUL-terminated name the driver owns; bounded.
+        let name = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), libc::strnlen(p, 4096)) };
+        rec.writer().intern(name)
+    })
+}
+
+fn current_context() -> usize {
+    let mut c: *mut c_void = std::ptr::null_mut();
+    crate::driver::driver()
+        .ctx_get_current
+        // SAFETY: an out-pointer.
+        .map_or(0, |g| if unsafe { g(&mut c) } == 0 { c as usize } else { 0 })
+}
+
+/// Records a launch before the driver sees it; the exit is recorded by `after`. Returns
+/// whether it was recorded.
+fn before(
+    entry: Entry,
+    f: *mut c_void,
+    grid: [u32; 3],
+    block: [u32; 3],
+    stream: *mut c_void,
+    graph_exec: *mut c_void,
+) -> bool {
+    if !recording() {
+        return false;
+    }
+    let Some(rec) = recorder::get() else {
+        return false;
+    };
+    let Some(resolve) = RESOLVE.get() else {
+        return false;
+    };
+    let i = entry as usize;
+    let per_thread = u8::from(matches!(
+        entry,
+        Entry::LaunchPtsz | Entry::LaunchExPtsz | Entry::CooperativePtsz | Entry::GraphPtsz
+    ));
+    let correlation = rec.next_correlation();
+    let now = monotonic_ns();
+    let api = API[i].load(Ordering::Relaxed) as u32;
+    rec.api_enter(api, correlation, now);
+    let ctx = current_context();
+    (resolve.context)(ctx);
+    let stream_id = cached(&STREAMS, (stream as usize) ^ usize::from(per_thread), || {
+        (resolve.stream_id)(ctx, stream as usize, per_thread)
+    });
+    let (name_id, graph_id) = if graph_exec.is_null() {
+        (function_name_id(rec, f), 0)
+    } else {
+        (
+            rec.writer().intern(b"(graph launch)"),
+            cached(&GRAPHS, graph_exec as usize, || (resolve.graph_id)(graph_exec as usize)),
+        )
+    };
+    let stream = if stream.is_null() && per_thread != 0 {
+        crate::marks::STREAM_PER_THREAD
+    } else {
+        stream as u64
+    };
+    rec.launch_named(
+        name_id,
+        Launch {
+            correlation,
+            launch_ns: now,
+            stream,
+            stream_id,
+            device: crate::driver::device_of(ctx),
+            api,
+            grid,
+            block,
+            cluster: [1, 1, 1],
+            graph_id,
+            ..Launch::default()
+        },
+        ctx as u64,
+    );
+    true
+}
+
+fn after(recorded: bool, result: u32) {
+    if recorded && let Some(rec) = recorder::get() {
+        rec.api_exit(result == 0);
+    }
+}
+
+/// `before`, never unwinding into the caller.
+fn guarded_before(
+    entry: Entry,
+    f: *mut c_void,
+    grid: [u32; 3],
+    block: [u32; 3],
+    stream: *mut c_void,
+    graph_exec: *mut c_void,
+) -> bool {
+    std::panic::catch_unwind(|| before(entry, f, grid, block, stream, graph_exec)).unwrap_or(false)
+}
+
+fn guarded_after(recorded: bool, result: u32) {
+    let _ = std::panic::catch_unwind(|| after(recorded, result));
+}
+
+fn original(entry: Entry) -> usize {
+    ORIGINAL[entry as usize].load(Ordering::Acquire)
+}
+
+macro_rules! launch_hook {
+    ($name:ident, $entry:expr) => {
+        unsafe extern "C" fn $name(
+            f: *mut c_void,
+            gx: u32,
+            gy: u32,
+            gz: u32,
+            bx: u32,
+            by: u32,
+            bz: u32,
+            shmem: u32,
+            stream: *mut c_void,
+            params: *mut *mut c_void,
+            extra: *mut *mut c_void,
+        ) -> u32 {
+            let rec = guarded_before($entry, f, [gx, gy, gz], [bx, by, bz], stream, std::ptr::null_mut());
+            // SAFETY: the trampoline to the original, which has this signature.
+            let r = unsafe {
+                std::mem::transmute::<usize, LaunchFn>(original($entry))(
+                    f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,
+                )
+            };
+            guarded_after(rec, r);
+            r
+        }
+    };
+}
+
+macro_rules! launch_ex_hook {
+    ($name:ident, $entry:expr) => {
+        unsafe extern "C" fn $name(
+            config: *const cupti_sys::CUlaunchConfig,
+            f: *mut c_void,
+            params: *mut *mut c_void,
+            extra: *mut *mut c_void,
+        ) -> u32 {
+            // SAFETY: the caller's config, valid for the call (null is the driver's to refuse).
+            let rec = match unsafe { config.as_ref() } {
+                Some(c) => guarded_before(
+                    $entry,
+                    f,
+                    [c.gridDimX, c.gridDimY, c.gridDimZ],
+                    [c.blockDimX, c.blockDimY, c.blockDimZ],
+                    c.hStream.cast(),
+                    std::ptr::null_mut(),
+                ),
+                None => false,
+            };
+            // SAFETY: the trampoline to the original, which has this signature.
+            let r = unsafe {
+                std::mem::transmute::<usize, LaunchExFn>(original($entry))(config, f, params, extra)
+            };
+            guarded_after(rec, r);
+            r
+        }
+    };
+}
+
+macro_rules! cooperative_hook {
+    ($name:ident, $entry:expr) => {
+        unsafe extern "C" fn $name(
+            f: *mut c_void,
+            gx: u32,
+            gy: u32,
+            gz: u32,
+            bx: u32,
+            by: u32,
+            bz: u32,
+            shmem: u32,
+            stream: *mut c_void,
+            params: *mut *mut c_void,
+        ) -> u32 {
+            let rec = guarded_before($entry, f, [gx, gy, gz], [bx, by, bz], stream, std::ptr::null_mut());
+            // SAFETY: the trampoline to the original, which has this signature.
+            let r = unsafe {
+                std::mem::transmute::<usize, CooperativeFn>(original($entry))(
+                    f, gx, gy, gz, bx, by, bz, shmem, stream, params,
+                )
+            };
+            guarded_after(rec, r);
+            r
+        }
+    };
+}
+
+macro_rules! graph_hook {
+    ($name:ident, $entry:expr) => {
+        unsafe extern "C" fn $name(exec: *mut c_void, stream: *mut c_void) -> u32 {
+            let rec = guarded_before($entry, std::ptr::null_mut(), [0; 3], [0; 3], stream, exec);
+            // SAFETY: the trampoline to the original, which has this signature.
+            let r = unsafe { std::mem::transmute::<usize, GraphFn>(original($entry))(exec, stream) };
+            guarded_after(rec, r);
+            r
+        }
+    };
+}
+
+launch_hook!(launch, Entry::Launch);
+launch_hook!(launch_ptsz, Entry::LaunchPtsz);
+launch_ex_hook!(launch_ex, Entry::LaunchEx);
+launch_ex_hook!(launch_ex_ptsz, Entry::LaunchExPtsz);
+cooperative_hook!(cooperative, Entry::Cooperative);
+cooperative_hook!(cooperative_ptsz, Entry::CooperativePtsz);
+graph_hook!(graph, Entry::Graph);
+graph_hook!(graph_ptsz, Entry::GraphPtsz);
