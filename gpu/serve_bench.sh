@@ -11,7 +11,8 @@
 # (WEDGEPROBE_SHIM_RECORD=exact: a CUPTI record per kernel), exact_daemon, n32 (marks every 32
 # launches), skip_X (measurement switch WEDGEPROBE_SHIM_SKIP=X: launch, graph, sync, capture,
 # resource, activity, subscribe — those CUPTI pieces left off, to price each; X may be a
-# comma list), cupti_off (the shim loaded but off), old_shim / old_daemon (the binaries in $OLD, the release before this change).
+# comma list), hooks_off (marks, launches recorded through CUPTI's callbacks instead of the
+# launch hooks), cupti_off (the shim loaded but off), old_shim / old_daemon (the binaries in $OLD, the release before this change).
 # WORKLOAD=serve (default) or torch (the launch-bound loop).
 set -u
 OUT=${1:-/tmp/wpserve}; mkdir -p "$OUT"
@@ -40,6 +41,7 @@ for r in $(seq 1 "$ROUNDS"); do
       exact) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM_RECORD=exact) ;;
       exact_daemon) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM_RECORD=exact); daemon=1 ;;
       skip_*) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM_SKIP=${side#skip_}) ;;
+      hooks_off) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM_HOOKS=off) ;;
       cupti_off) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM=off) ;;
       n32) envs+=(CUDA_INJECTION64_PATH=$NEW/libcupti_shim.so WEDGEPROBE_SHIM_MARK_EVERY=32) ;;
       old_shim) bin=$OLD; envs+=(CUDA_INJECTION64_PATH=$OLD/libcupti_shim.so) ;;

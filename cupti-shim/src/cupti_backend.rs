@@ -195,11 +195,12 @@ pub fn attach() -> Result<(), String> {
     RESOLVED.get_or_init(resolve);
     let skip = measurement_skip();
     let marks = recorder::get().is_some_and(|r| r.record_mode() == RECORD_MARKS);
-    if marks && let Err(why) = crate::launch_hooks::install(crate::launch_hooks::Resolve {
+    let late = LATE.load(Ordering::Acquire);
+    if marks && !late && !crate::launch_hooks::tried() && let Err(why) = crate::launch_hooks::install(crate::launch_hooks::Resolve {
         stream_id: stream_id_of,
         graph_id: graph_id_of,
         context: |_| {},
-    }) {
+    }, false) {
         let mut line = b"launches recorded through CUPTI callbacks (dearer): ".to_vec();
         line.extend_from_slice(why.as_bytes());
         crate::log_line(&line);
@@ -222,8 +223,14 @@ pub fn attach() -> Result<(), String> {
             (c.cuptiSubscribe)(&mut sub, Some(on_api), std::ptr::null_mut()),
         )?;
         SUBSCRIBER.store(sub as usize, Ordering::Release);
+        let verify = crate::launch_hooks::active()
+            && std::env::var("WEDGEPROBE_SHIM_VERIFY_HOOKS").is_ok_and(|v| v == "1");
+        crate::launch_hooks::VERIFY.store(verify, Ordering::Relaxed);
         for &(cbid, name) in CBIDS {
-            if skip.iter().any(|s| s.skips(name)) || (is_launch(name) && crate::launch_hooks::active()) {
+            // Late (after recording without CUPTI): the call hooks record synchronizes.
+            let hooked = (is_launch(name) && crate::launch_hooks::active() && !verify)
+                || (late && !is_launch(name));
+            if skip.iter().any(|s| s.skips(name)) || hooked {
                 continue;
             }
             check(
@@ -232,7 +239,7 @@ pub fn attach() -> Result<(), String> {
             )?;
         }
         for cbid in CAPTURE_BEGIN_CBIDS.into_iter().chain(CAPTURE_END_CBIDS) {
-            if skip.contains(&Skip::Capture) {
+            if skip.contains(&Skip::Capture) || late {
                 break;
             }
             check(
@@ -329,6 +336,73 @@ pub fn attach() -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start its flush thread: {e}"))?;
     Ok(())
+}
+
+/// CUPTI is attached late, by `attach_without_cupti`'s flush thread: the hooks record
+/// launches, synchronizes and captures already.
+static LATE: AtomicBool = AtomicBool::new(false);
+
+/// The default with stream marks: everything recorded through hooks on libcuda's entry points
+/// (`crate::launch_hooks`, `crate::call_hooks`), CUPTI not loaded — initialising it at all
+/// cost ~12–18% on the launch-bound graph loop (BENCHMARKS.md). CUPTI is attached later only
+/// if per-kernel records are wanted (a `trace` lease, or marks failing). `Err`: the hooks
+/// could not be installed (the caller records through CUPTI instead).
+pub fn attach_without_cupti() -> Result<(), String> {
+    crate::launch_hooks::install(
+        crate::launch_hooks::Resolve {
+            stream_id: driver_stream_id,
+            graph_id: |exec| crate::call_hooks::exec_id(exec),
+            context: |_| {},
+        },
+        true,
+    )
+    .map_err(str::to_string)?;
+    std::thread::Builder::new()
+        .name("wedgeprobe-flush".into())
+        .spawn(|| {
+            let mut told = false;
+            loop {
+                std::thread::sleep(
+                    recorder::get().map_or(Duration::from_millis(100), |r| r.flush_period()),
+                );
+                let Some(rec) = recorder::get() else { continue };
+                if rec.writer().release_requested() && !RELEASED.swap(true, Ordering::AcqRel) {
+                    // Nothing of CUPTI to give back: the hooks step aside, the journal says so.
+                    crate::launch_hooks::remove();
+                    rec.writer().set_state(STATE_RELEASED);
+                    crate::log_line(b"released: recording stopped (CUPTI was never loaded)");
+                }
+                if !RELEASED.load(Ordering::Acquire)
+                    && (rec.wants_fallback() || rec.writer().per_kernel_leased(monotonic_ns()))
+                {
+                    LATE.store(true, Ordering::Release);
+                    match attach() {
+                        // CUPTI's flush thread takes over from here.
+                        Ok(()) => return,
+                        Err(why) if !told => {
+                            told = true;
+                            let mut line = b"per-kernel records wanted but CUPTI failed: ".to_vec();
+                            line.extend_from_slice(why.as_bytes());
+                            crate::log_line(&line);
+                        }
+                        Err(_) => {}
+                    }
+                }
+                rec.heartbeat();
+            }
+        })
+        .map_err(|e| format!("cannot start its flush thread: {e}"))?;
+    Ok(())
+}
+
+/// A stream's id from the driver (`cuStreamGetId`), when CUPTI is not loaded.
+fn driver_stream_id(_ctx: usize, stream: usize, per_thread: u8) -> u32 {
+    let handle = if stream == 0 && per_thread != 0 { 0x2 } else { stream };
+    let mut id = 0u64;
+    crate::driver::driver()
+        .stream_get_id
+        // SAFETY: a stream handle from a launch in progress; an out-pointer.
+        .map_or(0, |f| if unsafe { f(handle as *mut c_void, &mut id) } == 0 { id as u32 } else { 0 })
 }
 
 /// Gives CUPTI back so another tool can subscribe: flushes what is recorded, unsubscribes,
@@ -495,6 +569,21 @@ unsafe extern "C" fn on_api(
         // SAFETY: at the exit, the driver domain's return value is a CUresult.
         let ok = exit
             && unsafe { d.functionReturnValue.cast::<u32>().as_ref() }.is_some_and(|r| *r == 0);
+        if crate::launch_hooks::VERIFY.load(Ordering::Relaxed)
+            && crate::launch_hooks::recording()
+            && api_of(cbid).is_some_and(|(api, _)| {
+                probe_common::api::class(api) == Some(probe_common::api::ApiClass::Launch)
+            })
+        {
+            // The coverage check: counted, not recorded (the hook recorded it, or nobody).
+            if !exit {
+                crate::launch_hooks::SEEN_BY_CUPTI.fetch_add(1, Ordering::Relaxed);
+                if !crate::launch_hooks::inside() {
+                    crate::launch_hooks::MISSED_BY_HOOKS.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
         let Some((api, per_thread)) = api_of(cbid) else {
             // The other ids enabled: a stream capture beginning (counted once it succeeded) or
             // ending. Looked at only after the traced entry points, off the launch path.
@@ -608,6 +697,15 @@ unsafe fn on_resource(cbid: u32, data: *const CUpti_ResourceData) {
                 0
             };
             m.forget(d.context as u64, stream);
+        }
+        return;
+    }
+    // Attached late: the instantiate hook fills the graph table with ids of ours; CUPTI's
+    // would collide with them. Only a launch being captured (inside a launch call CUPTI
+    // records during a lease) is taken out of the in-flight table.
+    if LATE.load(Ordering::Acquire) {
+        if cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED {
+            rec.captured_if_in_launch();
         }
         return;
     }

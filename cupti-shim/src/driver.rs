@@ -22,6 +22,9 @@ pub type WriteValue64 = unsafe extern "C" fn(*mut c_void, u64, u64, u32) -> u32;
 /// `cuStreamIsCapturing(stream, &status)`: a mark must never be captured into a graph.
 pub type IsCapturing = unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
 /// `cuCtxGetDevice(&device)` for the current context.
+pub type GraphGetNodes = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut usize) -> u32;
+pub type GraphNodeType = unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
+pub type StreamGetId = unsafe extern "C" fn(*mut c_void, *mut u64) -> u32;
 pub type CtxGetCurrent = unsafe extern "C" fn(*mut *mut c_void) -> u32;
 pub type CtxGetDevice = unsafe extern "C" fn(*mut i32) -> u32;
 /// `cuCtxSetCurrent(ctx)`: the flush thread's idle marks run in the stream's context.
@@ -41,6 +44,9 @@ pub struct Driver {
     pub is_capturing: Option<IsCapturing>,
     pub ctx_get_device: Option<CtxGetDevice>,
     pub ctx_get_current: Option<CtxGetCurrent>,
+    pub graph_get_nodes: Option<GraphGetNodes>,
+    pub graph_node_type: Option<GraphNodeType>,
+    pub stream_get_id: Option<StreamGetId>,
     pub ctx_set_current: Option<CtxSetCurrent>,
     pub exchange_capture_mode: Option<ExchangeCaptureMode>,
     pub ctx_push: Option<CtxPush>,
@@ -101,6 +107,15 @@ pub fn driver() -> &'static Driver {
                 )),
                 ctx_get_current: std::mem::transmute::<*mut c_void, Option<CtxGetCurrent>>(sym(
                     c"cuCtxGetCurrent",
+                )),
+                graph_get_nodes: std::mem::transmute::<*mut c_void, Option<GraphGetNodes>>(sym(
+                    c"cuGraphGetNodes",
+                )),
+                graph_node_type: std::mem::transmute::<*mut c_void, Option<GraphNodeType>>(sym(
+                    c"cuGraphNodeGetType",
+                )),
+                stream_get_id: std::mem::transmute::<*mut c_void, Option<StreamGetId>>(sym(
+                    c"cuStreamGetId",
                 )),
                 ctx_set_current: std::mem::transmute::<*mut c_void, Option<CtxSetCurrent>>(sym(
                     c"cuCtxSetCurrent",

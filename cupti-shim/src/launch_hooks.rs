@@ -40,6 +40,38 @@ static PASS: AtomicBool = AtomicBool::new(false);
 /// destroyed): the per-thread caches below drop what they hold.
 static EPOCH: AtomicU64 = AtomicU64::new(1);
 
+/// Coverage check (`WEDGEPROBE_SHIM_VERIFY_HOOKS=1`, a validation switch): CUPTI's launch
+/// callbacks stay on beside the hooks and count every launch CUPTI saw, and those that did
+/// not come through a hook — a caller that reaches the driver's launch path some other way.
+pub static VERIFY: AtomicBool = AtomicBool::new(false);
+pub static SEEN_BY_CUPTI: AtomicU64 = AtomicU64::new(0);
+pub static MISSED_BY_HOOKS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread is inside a hooked entry point (the coverage check reads it).
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is inside a hooked launch entry point now.
+pub fn inside() -> bool {
+    INSIDE.with(Cell::get)
+}
+
+/// The coverage check's line, at exit.
+pub fn coverage_line() -> Option<Vec<u8>> {
+    if !VERIFY.load(Ordering::Relaxed) {
+        return None;
+    }
+    Some(
+        format!(
+            "hook coverage: {} launches seen by CUPTI, {} of them not through the launch hooks",
+            SEEN_BY_CUPTI.load(Ordering::Relaxed),
+            MISSED_BY_HOOKS.load(Ordering::Relaxed)
+        )
+        .into_bytes(),
+    )
+}
+
 /// How the backend names what a launch refers to.
 pub struct Resolve {
     /// (context, stream, per-thread default stream) → the stream id CUPTI's records use.
@@ -121,6 +153,13 @@ pub fn recording() -> bool {
     ACTIVE.load(Ordering::Relaxed) && !PASS.load(Ordering::Relaxed)
 }
 
+static TRIED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `install` ran already (successful or not).
+pub fn tried() -> bool {
+    TRIED.load(Ordering::Acquire)
+}
+
 /// Whether the hooks are installed (journal correlation ids are then the recorder's own).
 pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
@@ -139,7 +178,11 @@ pub fn handles_changed() {
 
 /// Patches every launch entry point of the loaded libcuda, or none. At `cuInit`, before any
 /// launch can run. `Err` says why (the caller keeps CUPTI's callbacks and logs it).
-pub fn install(resolve: Resolve) -> Result<(), &'static str> {
+pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
+    if ACTIVE.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    TRIED.store(true, Ordering::Release);
     if std::env::var("WEDGEPROBE_SHIM_HOOKS").is_ok_and(|v| v == "off" || v == "0") {
         return Err("launch hooks turned off by WEDGEPROBE_SHIM_HOOKS");
     }
@@ -184,6 +227,17 @@ pub fn install(resolve: Resolve) -> Result<(), &'static str> {
         patches.push(page.prepare(targets[i], ours[i])?);
         ORIGINAL[i].store(patches[i].trampoline, Ordering::Release);
     }
+    // The other entry points (`crate::call_hooks`), each where it exists and can be moved.
+    let mut calls = Vec::new();
+    if with_calls {
+        for (name, ours, i) in crate::call_hooks::entries() {
+            // SAFETY: a valid handle and a NUL-terminated name.
+            let p = unsafe { libc::dlsym(h, name.as_ptr()) } as usize;
+            if p != 0 && let Ok(patch) = page.prepare(p, ours) {
+                calls.push((i, patch));
+            }
+        }
+    }
     page.seal()?;
     for (i, p) in patches.iter().enumerate() {
         // SAFETY: exported functions no thread runs yet (we are inside cuInit, before any
@@ -197,7 +251,16 @@ pub fn install(resolve: Resolve) -> Result<(), &'static str> {
             return Err(why);
         }
     }
-    let _ = PATCHES.set(patches);
+    for (i, p) in &calls {
+        crate::call_hooks::installed(*i, p.trampoline);
+        // SAFETY: as above (inside cuInit); the wrapper passes any of these through.
+        if unsafe { p.apply() }.is_err() {
+            crate::call_hooks::installed(*i, 0);
+        }
+    }
+    let mut all = patches;
+    all.extend(calls.into_iter().map(|(_, p)| p));
+    let _ = PATCHES.set(all);
     ACTIVE.store(true, Ordering::Release);
     Ok(())
 }
@@ -267,6 +330,14 @@ fn function_name_id(rec: &recorder::Recorder, f: *mut c_void) -> u32 {
     })
 }
 
+fn capturing(stream: *mut c_void) -> bool {
+    let mut status = 0u32;
+    crate::driver::driver()
+        .is_capturing
+        // SAFETY: the launch's stream and an out-pointer.
+        .is_some_and(|f| unsafe { f(stream, &mut status) } == 0 && status != 0)
+}
+
 fn current_context() -> usize {
     let mut c: *mut c_void = std::ptr::null_mut();
     crate::driver::driver()
@@ -285,6 +356,7 @@ fn before(
     stream: *mut c_void,
     graph_exec: *mut c_void,
 ) -> bool {
+    INSIDE.with(|i| i.set(true));
     if !recording() {
         return false;
     }
@@ -294,6 +366,11 @@ fn before(
     let Some(resolve) = RESOLVE.get() else {
         return false;
     };
+    // A launch into a stream being captured does not run: it becomes a graph node. Only
+    // asked while some capture is in progress (rare), so a launch normally pays nothing.
+    if crate::marks::get().is_some_and(crate::marks::Marks::capturing) && capturing(stream) {
+        return false;
+    }
     let i = entry as usize;
     let per_thread = u8::from(matches!(
         entry,
@@ -342,6 +419,7 @@ fn before(
 }
 
 fn after(recorded: bool, result: u32) {
+    INSIDE.with(|i| i.set(false));
     if recorded && let Some(rec) = recorder::get() {
         rec.api_exit(result == 0);
     }

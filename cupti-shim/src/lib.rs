@@ -17,6 +17,7 @@
 //! launches between two marks) or `exact` (a CUPTI record per kernel: always the exact kernel
 //! and graph node, at the price in BENCHMARKS.md).
 
+mod call_hooks;
 mod code_patch;
 pub mod cupti_backend;
 mod driver;
@@ -81,6 +82,18 @@ fn init() -> Result<(), String> {
         }
     }
     if !sim_backend::attach() {
+        // The hook coverage check needs CUPTI's launch callbacks beside the hooks.
+        let verify = std::env::var("WEDGEPROBE_SHIM_VERIFY_HOOKS").is_ok_and(|v| v == "1");
+        if rec.record_mode() == probe_common::journal::RECORD_MARKS && !verify {
+            match cupti_backend::attach_without_cupti() {
+                Ok(()) => return Ok(()),
+                Err(why) => {
+                    let mut line = b"recording through CUPTI callbacks (dearer): ".to_vec();
+                    line.extend_from_slice(why.as_bytes());
+                    log_line(&line);
+                }
+            }
+        }
         return cupti_backend::attach().inspect_err(|_| rec.turn_off());
     }
     std::thread::Builder::new()

@@ -80,6 +80,8 @@ struct StreamState {
     ctx: AtomicU64,
     gone: AtomicBool,
     idle_lock: Mutex<()>,
+    /// A synchronize covering this stream returned since its latest launch.
+    synced: AtomicBool,
 }
 
 pub struct Marks {
@@ -207,7 +209,13 @@ impl Marks {
         if after_gap {
             self.mark(writer, s, slot, stream, last, now_ns);
         }
+        // The first launch after a synchronize too: the synchronize retired everything
+        // before it, so a mark right after it gives it a window of its own — on the H200 the
+        // wedge launched ~50 µs after a synchronize (under the 100 µs gap) was otherwise
+        // narrowed to two candidates.
+        let after_sync = s.synced.swap(false, Relaxed);
         let mark_after = after_gap
+            || after_sync
             || s.since_mark.load(Relaxed) + 1 >= self.every
             || now_ns.saturating_sub(s.last_mark_ns.load(Relaxed)) >= self.every_ns;
         Pending {
@@ -215,6 +223,16 @@ impl Marks {
             stream,
             mark_after,
             now_ns,
+        }
+    }
+
+    /// A synchronize of `stream` (`ALL_STREAMS`: of every stream) returned: the next launch
+    /// on it is marked right after.
+    pub fn synced(&self, stream: u64) {
+        for s in self.streams.iter() {
+            if stream == probe_common::journal::ALL_STREAMS || s.stream.load(Relaxed) == stream {
+                s.synced.store(true, Relaxed);
+            }
         }
     }
 
@@ -237,6 +255,19 @@ impl Marks {
                 s.gone.store(true, Release);
             }
         }
+    }
+
+    /// A primary context was released or reset: no idle mark touches any stream again.
+    pub fn forget_all(&self) {
+        for s in self.streams.iter() {
+            let _guard = s.idle_lock.lock();
+            s.gone.store(true, Release);
+        }
+    }
+
+    /// Whether a stream capture is in progress anywhere in the process.
+    pub fn capturing(&self) -> bool {
+        self.captures.load(Acquire) != 0
     }
 
     /// Flush thread: marks streams whose latest launch is unmarked and `IDLE_NS` old.

@@ -128,6 +128,9 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
 }
 
 extern "C" fn remove_at_exit() {
+    if let Some(line) = crate::launch_hooks::coverage_line() {
+        crate::log_line(&line);
+    }
     crate::launch_hooks::remove();
     if let Some(rec) = RECORDER.get() {
         rec.writer.set_state(STATE_OFF);
@@ -220,6 +223,11 @@ impl Recorder {
     pub fn use_marks(&self, every: u32, us: u32) {
         marks::init(self.writer.marks_cap(), every, us);
         self.writer.set_record_mode(RECORD_MARKS, every, us);
+    }
+
+    /// Whether marks failed and per-kernel records are wanted (not consumed).
+    pub fn wants_fallback(&self) -> bool {
+        self.fallback_wanted.load(Ordering::Acquire)
     }
 
     /// Whether marks failed and the backend should switch per-kernel records on (once).
@@ -336,6 +344,15 @@ impl Recorder {
         self.writer.graph_kernel_node(node_id, 0, graph_id, name_id);
     }
 
+    /// A graph node was created: inside a launch call, that launch is being captured and
+    /// leaves the in-flight table (it will never run as itself).
+    pub fn captured_if_in_launch(&self) {
+        let (correlation, _) = IN_LAUNCH.with(|l| l.get());
+        if correlation != 0 {
+            self.writer.captured(correlation, monotonic_ns());
+        }
+    }
+
     /// Node `node_id` of graph `graph_id` is a clone of `original` (instantiation clones).
     pub fn graph_node_cloned(&self, node_id: u64, original: u64, graph_id: u32) {
         self.writer
@@ -349,6 +366,9 @@ impl Recorder {
     /// A synchronize of `stream` (or `ALL_STREAMS`) returned successfully.
     pub fn synced(&self, correlation: u64, stream: u64) {
         self.writer.synced(correlation, stream, monotonic_ns());
+        if let Some(m) = marks::get() {
+            m.synced(stream);
+        }
     }
 
     pub fn complete(&self, completion: &Completion) {

@@ -87,11 +87,14 @@ pub fn attach() -> bool {
     subscribe(&CALLBACKS);
     ATTACHED.store(true, Ordering::Release);
     if recorder::get().is_some_and(|r| r.record_mode() == RECORD_MARKS)
-        && let Err(why) = crate::launch_hooks::install(crate::launch_hooks::Resolve {
-            stream_id: sim_stream_id,
-            graph_id: |_| 0,
-            context: |_| sim_context(),
-        })
+        && let Err(why) = crate::launch_hooks::install(
+            crate::launch_hooks::Resolve {
+                stream_id: sim_stream_id,
+                graph_id: |_| 0,
+                context: |_| sim_context(),
+            },
+            true,
+        )
     {
         let mut line = b"launches recorded through the driver's callbacks: ".to_vec();
         line.extend_from_slice(why.as_bytes());
@@ -131,7 +134,8 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
         sim_context();
         // A launch the hooks recorded: what CUPTI's callbacks do when the hooks are in place
         // (their launch callbacks are off).
-        let hooked = !launch.is_null() && crate::launch_hooks::recording();
+        let hooked = (!launch.is_null() && crate::launch_hooks::recording())
+            || crate::call_hooks::covers(api);
         LEFT_TO_HOOKS.with(|l| l.set(hooked));
         if hooked {
             return;

@@ -310,9 +310,9 @@ EXPORT HOOKABLE CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
     return enqueue(SIM_API_GRAPH_LAUNCH + 1, &graph_kernel, s, DIMS(1, 1, 1), DIMS(1, 1, 1));
 }
 
-EXPORT CUresult cuStreamSynchronize(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE, last_launched(s)); }
-EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE + 1, last_launched(s)); }
-EXPORT CUresult cuCtxSynchronize(void) { return wait_for(SIM_API_CTX_SYNCHRONIZE, last_launched((CUstream)-1)); }
+EXPORT HOOKABLE CUresult cuStreamSynchronize(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE, last_launched(s)); }
+EXPORT HOOKABLE CUresult cuStreamSynchronize_ptsz(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE + 1, last_launched(s)); }
+EXPORT HOOKABLE CUresult cuCtxSynchronize(void) { return wait_for(SIM_API_CTX_SYNCHRONIZE, last_launched((CUstream)-1)); }
 EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return wait_for(SIM_API_EVENT_SYNCHRONIZE, last_launched((CUstream)-1)); }
 
 /* Synchronous copies wait for all prior work (legacy default stream semantics). */
