@@ -114,7 +114,10 @@ pub fn installed(i: usize, trampoline: usize) {
 
 /// Whether a call hook records API `api` now.
 pub fn covers(api: u32) -> bool {
-    launch_hooks::recording() && COVERED.get(api as usize).is_some_and(|c| c.load(Ordering::Relaxed))
+    launch_hooks::recording()
+        && COVERED
+            .get(api as usize)
+            .is_some_and(|c| c.load(Ordering::Relaxed))
 }
 
 /// What `before` learned, for `after`: (correlation, recorded the entry).
@@ -191,7 +194,9 @@ fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
 /// The stream a synchronize covers, as launches record it (the per-thread default stream
 /// as `marks::STREAM_PER_THREAD`).
 fn sync_stream(i: usize, stream: usize) -> u64 {
-    let per_thread = CALLS.get(i).is_some_and(|(n, _)| n.to_bytes().ends_with(b"_ptsz"));
+    let per_thread = CALLS
+        .get(i)
+        .is_some_and(|(n, _)| n.to_bytes().ends_with(b"_ptsz"));
     if stream == 0 && per_thread {
         marks::STREAM_PER_THREAD
     } else {
@@ -204,7 +209,13 @@ fn current_context() -> usize {
     driver::driver()
         .ctx_get_current
         // SAFETY: an out-pointer.
-        .map_or(0, |g| if unsafe { g(&mut c) } == 0 { c as usize } else { 0 })
+        .map_or(0, |g| {
+            if unsafe { g(&mut c) } == 0 {
+                c as usize
+            } else {
+                0
+            }
+        })
 }
 
 // Executable graphs: handle → our id, for the launch hook. Written at instantiation and
@@ -320,8 +331,36 @@ macro_rules! call_hook {
 }
 
 call_hook!(
-    h0 = 0, h1 = 1, h2 = 2, h3 = 3, h4 = 4, h5 = 5, h6 = 6, h7 = 7, h8 = 8, h9 = 9, h10 = 10,
-    h11 = 11, h12 = 12, h13 = 13, h14 = 14, h15 = 15, h16 = 16, h17 = 17, h18 = 18, h19 = 19,
-    h20 = 20, h21 = 21, h22 = 22, h23 = 23, h24 = 24, h25 = 25, h26 = 26, h27 = 27, h28 = 28,
-    h29 = 29, h30 = 30, h31 = 31,
+    h0 = 0,
+    h1 = 1,
+    h2 = 2,
+    h3 = 3,
+    h4 = 4,
+    h5 = 5,
+    h6 = 6,
+    h7 = 7,
+    h8 = 8,
+    h9 = 9,
+    h10 = 10,
+    h11 = 11,
+    h12 = 12,
+    h13 = 13,
+    h14 = 14,
+    h15 = 15,
+    h16 = 16,
+    h17 = 17,
+    h18 = 18,
+    h19 = 19,
+    h20 = 20,
+    h21 = 21,
+    h22 = 22,
+    h23 = 23,
+    h24 = 24,
+    h25 = 25,
+    h26 = 26,
+    h27 = 27,
+    h28 = 28,
+    h29 = 29,
+    h30 = 30,
+    h31 = 31,
 );

@@ -103,8 +103,13 @@ impl Page {
     /// Makes the page executable (and no longer writable) once every patch is written.
     pub fn seal(&self) -> Result<(), &'static str> {
         // SAFETY: our own mapping.
-        let r = unsafe { libc::mprotect(self.base.cast(), PAGE, libc::PROT_READ | libc::PROT_EXEC) };
-        if r == 0 { Ok(()) } else { Err("cannot make the trampolines executable") }
+        let r =
+            unsafe { libc::mprotect(self.base.cast(), PAGE, libc::PROT_READ | libc::PROT_EXEC) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err("cannot make the trampolines executable")
+        }
     }
 }
 
@@ -228,7 +233,13 @@ unsafe fn write_code(at: usize, bytes: &[u8]) -> Result<(), &'static str> {
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), at as *mut u8, bytes.len()) };
     }
     // SAFETY: as above.
-    unsafe { libc::mprotect(first as *mut libc::c_void, len, libc::PROT_READ | libc::PROT_EXEC) };
+    unsafe {
+        libc::mprotect(
+            first as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_EXEC,
+        )
+    };
     Ok(())
 }
 
@@ -240,20 +251,37 @@ mod tests {
     fn libcudas_launch_prologue_moves_whole_instructions() {
         // cuLaunchKernel in libcuda 580.159.04 (gpu/entry_bytes.py on the H200): push rbp
         // stays, mov rbp,rsp + push r12 (5 bytes) make room for the jump.
-        let bytes = [0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x48, 0x83, 0xec, 0x08, 0x81, 0x3d];
+        let bytes = [
+            0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x48, 0x83, 0xec, 0x08, 0x81, 0x3d,
+        ];
         assert_eq!(prologue_len(&bytes), Some(6));
         // The simulated driver's: push rbp; mov rbp,rsp; sub rsp,0x20.
-        assert_eq!(prologue_len(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20]), Some(8));
+        assert_eq!(
+            prologue_len(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20]),
+            Some(8)
+        );
         // ... and its cuGraphLaunch: push rbp; mov rdx,rsi; mov edi,6.
-        assert_eq!(prologue_len(&[0x55, 0x48, 0x89, 0xf2, 0xbf, 6, 0, 0, 0, 0xe8]), Some(9));
+        assert_eq!(
+            prologue_len(&[0x55, 0x48, 0x89, 0xf2, 0xbf, 6, 0, 0, 0, 0xe8]),
+            Some(9)
+        );
         // Not a push first (endbr64, a CET build): refused.
-        assert_eq!(prologue_len(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54]), None);
+        assert_eq!(
+            prologue_len(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54]),
+            None
+        );
         // An int3 first (someone's uprobe is on it already): refused.
         assert_eq!(prologue_len(&[0xcc, 0x48, 0x89, 0xe5, 0x41, 0x54]), None);
         // A RIP-relative load after the push: refused, never moved.
-        assert_eq!(prologue_len(&[0x55, 0x48, 0x8b, 0x05, 1, 2, 3, 4, 0x55]), None);
+        assert_eq!(
+            prologue_len(&[0x55, 0x48, 0x8b, 0x05, 1, 2, 3, 4, 0x55]),
+            None
+        );
         // mov rbp,[rsp] (a memory operand) is not a register move.
-        assert_eq!(prologue_len(&[0x55, 0x48, 0x8b, 0x2c, 0x24, 0x55, 0x55]), None);
+        assert_eq!(
+            prologue_len(&[0x55, 0x48, 0x8b, 0x2c, 0x24, 0x55, 0x55]),
+            None
+        );
         // Too short to hold a jump.
         assert_eq!(prologue_len(&[0x55, 0x55]), None);
     }

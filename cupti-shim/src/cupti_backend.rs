@@ -196,11 +196,18 @@ pub fn attach() -> Result<(), String> {
     let skip = measurement_skip();
     let marks = recorder::get().is_some_and(|r| r.record_mode() == RECORD_MARKS);
     let late = LATE.load(Ordering::Acquire);
-    if marks && !late && !crate::launch_hooks::tried() && let Err(why) = crate::launch_hooks::install(crate::launch_hooks::Resolve {
-        stream_id: stream_id_of,
-        graph_id: graph_id_of,
-        context: |_| {},
-    }, false) {
+    if marks
+        && !late
+        && !crate::launch_hooks::tried()
+        && let Err(why) = crate::launch_hooks::install(
+            crate::launch_hooks::Resolve {
+                stream_id: stream_id_of,
+                graph_id: graph_id_of,
+                context: |_| {},
+            },
+            false,
+        )
+    {
         let mut line = b"launches recorded through CUPTI callbacks (dearer): ".to_vec();
         line.extend_from_slice(why.as_bytes());
         crate::log_line(&line);
@@ -397,12 +404,22 @@ pub fn attach_without_cupti() -> Result<(), String> {
 
 /// A stream's id from the driver (`cuStreamGetId`), when CUPTI is not loaded.
 fn driver_stream_id(_ctx: usize, stream: usize, per_thread: u8) -> u32 {
-    let handle = if stream == 0 && per_thread != 0 { 0x2 } else { stream };
+    let handle = if stream == 0 && per_thread != 0 {
+        0x2
+    } else {
+        stream
+    };
     let mut id = 0u64;
     crate::driver::driver()
         .stream_get_id
         // SAFETY: a stream handle from a launch in progress; an out-pointer.
-        .map_or(0, |f| if unsafe { f(handle as *mut c_void, &mut id) } == 0 { id as u32 } else { 0 })
+        .map_or(0, |f| {
+            if unsafe { f(handle as *mut c_void, &mut id) } == 0 {
+                id as u32
+            } else {
+                0
+            }
+        })
 }
 
 /// Gives CUPTI back so another tool can subscribe: flushes what is recorded, unsubscribes,
@@ -502,7 +519,9 @@ fn stream_id_of(ctx: usize, stream: usize, per_thread: u8) -> u32 {
     let mut id = 0u32;
     if let Some(c) = CUPTI.get() {
         // SAFETY: a context and stream handle from a launch call in progress.
-        unsafe { (c.cuptiGetStreamIdEx)(ctx as CUcontext, stream as CUstream, per_thread, &mut id) };
+        unsafe {
+            (c.cuptiGetStreamIdEx)(ctx as CUcontext, stream as CUstream, per_thread, &mut id)
+        };
     }
     id
 }

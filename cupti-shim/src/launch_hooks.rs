@@ -187,7 +187,12 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
         return Err("launch hooks turned off by WEDGEPROBE_SHIM_HOOKS");
     }
     // SAFETY: RTLD_NOLOAD only finds a libcuda the process has loaded already.
-    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    let h = unsafe {
+        libc::dlopen(
+            c"libcuda.so.1".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        )
+    };
     if h.is_null() {
         return Err("libcuda.so.1 is not loaded");
     }
@@ -203,7 +208,9 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
             unsafe { std::slice::from_raw_parts(p as *const u8, 16) }
         };
         if code_patch::prologue_len(head).is_none() {
-            return Err("libcuda's launch entry points begin with instructions the shim does not move");
+            return Err(
+                "libcuda's launch entry points begin with instructions the shim does not move",
+            );
         }
         targets[i] = p;
         let id = api::id_of(name.to_str().unwrap_or_default()).ok_or("unknown entry point")?;
@@ -233,7 +240,9 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
         for (name, ours, i) in crate::call_hooks::entries() {
             // SAFETY: a valid handle and a NUL-terminated name.
             let p = unsafe { libc::dlsym(h, name.as_ptr()) } as usize;
-            if p != 0 && let Ok(patch) = page.prepare(p, ours) {
+            if p != 0
+                && let Ok(patch) = page.prepare(p, ours)
+            {
                 calls.push((i, patch));
             }
         }
@@ -319,8 +328,11 @@ fn function_name_id(rec: &recorder::Recorder, f: *mut c_void) -> u32 {
         let d = crate::driver::driver();
         let mut p: *const c_char = std::ptr::null();
         // SAFETY: out-pointer; the driver validates the handle and fails on a foreign one.
-        let ok = d.func_name.is_some_and(|g| unsafe { g(&mut p, f.cast()) } == 0)
-            || d.kernel_name.is_some_and(|g| unsafe { g(&mut p, f.cast()) } == 0);
+        let ok = d
+            .func_name
+            .is_some_and(|g| unsafe { g(&mut p, f.cast()) } == 0)
+            || d.kernel_name
+                .is_some_and(|g| unsafe { g(&mut p, f.cast()) } == 0);
         if !ok || p.is_null() {
             return rec.writer().intern(b"(kernel name unknown)");
         }
@@ -343,7 +355,13 @@ fn current_context() -> usize {
     crate::driver::driver()
         .ctx_get_current
         // SAFETY: an out-pointer.
-        .map_or(0, |g| if unsafe { g(&mut c) } == 0 { c as usize } else { 0 })
+        .map_or(0, |g| {
+            if unsafe { g(&mut c) } == 0 {
+                c as usize
+            } else {
+                0
+            }
+        })
 }
 
 /// Records a launch before the driver sees it; the exit is recorded by `after`. Returns
@@ -382,15 +400,19 @@ fn before(
     rec.api_enter(api, correlation, now);
     let ctx = current_context();
     (resolve.context)(ctx);
-    let stream_id = cached(&STREAMS, (stream as usize) ^ usize::from(per_thread), || {
-        (resolve.stream_id)(ctx, stream as usize, per_thread)
-    });
+    let stream_id = cached(
+        &STREAMS,
+        (stream as usize) ^ usize::from(per_thread),
+        || (resolve.stream_id)(ctx, stream as usize, per_thread),
+    );
     let (name_id, graph_id) = if graph_exec.is_null() {
         (function_name_id(rec, f), 0)
     } else {
         (
             rec.writer().intern(b"(graph launch)"),
-            cached(&GRAPHS, graph_exec as usize, || (resolve.graph_id)(graph_exec as usize)),
+            cached(&GRAPHS, graph_exec as usize, || {
+                (resolve.graph_id)(graph_exec as usize)
+            }),
         )
     };
     let stream = if stream.is_null() && per_thread != 0 {
@@ -460,7 +482,14 @@ macro_rules! launch_hook {
             params: *mut *mut c_void,
             extra: *mut *mut c_void,
         ) -> u32 {
-            let rec = guarded_before($entry, f, [gx, gy, gz], [bx, by, bz], stream, std::ptr::null_mut());
+            let rec = guarded_before(
+                $entry,
+                f,
+                [gx, gy, gz],
+                [bx, by, bz],
+                stream,
+                std::ptr::null_mut(),
+            );
             // SAFETY: the trampoline to the original, which has this signature.
             let r = unsafe {
                 std::mem::transmute::<usize, LaunchFn>(original($entry))(
@@ -517,7 +546,14 @@ macro_rules! cooperative_hook {
             stream: *mut c_void,
             params: *mut *mut c_void,
         ) -> u32 {
-            let rec = guarded_before($entry, f, [gx, gy, gz], [bx, by, bz], stream, std::ptr::null_mut());
+            let rec = guarded_before(
+                $entry,
+                f,
+                [gx, gy, gz],
+                [bx, by, bz],
+                stream,
+                std::ptr::null_mut(),
+            );
             // SAFETY: the trampoline to the original, which has this signature.
             let r = unsafe {
                 std::mem::transmute::<usize, CooperativeFn>(original($entry))(
@@ -535,7 +571,8 @@ macro_rules! graph_hook {
         unsafe extern "C" fn $name(exec: *mut c_void, stream: *mut c_void) -> u32 {
             let rec = guarded_before($entry, std::ptr::null_mut(), [0; 3], [0; 3], stream, exec);
             // SAFETY: the trampoline to the original, which has this signature.
-            let r = unsafe { std::mem::transmute::<usize, GraphFn>(original($entry))(exec, stream) };
+            let r =
+                unsafe { std::mem::transmute::<usize, GraphFn>(original($entry))(exec, stream) };
             guarded_after(rec, r);
             r
         }

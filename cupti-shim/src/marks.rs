@@ -128,6 +128,14 @@ pub fn capture(begun: bool) {
     }
 }
 
+/// `WEDGEPROBE_SHIM_DEBUG=1`: one line per event of the marks' set-up (never per launch).
+fn debug(args: std::fmt::Arguments) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ON.get_or_init(|| std::env::var("WEDGEPROBE_SHIM_DEBUG").is_ok_and(|v| v == "1")) {
+        crate::log_line(format!("debug: {args}").as_bytes());
+    }
+}
+
 pub fn get() -> Option<&'static Marks> {
     MARKS.get()
 }
@@ -149,7 +157,15 @@ impl Marks {
             return true;
         }
         if ctx != 0 {
-            let _ = self.want_ctx.compare_exchange(0, ctx, AcqRel, Relaxed);
+            let first = self
+                .want_ctx
+                .compare_exchange(0, ctx, AcqRel, Relaxed)
+                .is_ok();
+            if first {
+                debug(format_args!("marks wanted in context {ctx:#x}"));
+            }
+        } else {
+            debug(format_args!("a launch without a current context"));
         }
         false
     }
@@ -177,7 +193,12 @@ impl Marks {
         if self.status.compare_exchange(0, 1, AcqRel, Acquire).is_err() {
             return Ok(());
         }
-        match allocate(self.streams.len(), ctx) {
+        let r = allocate(self.streams.len(), ctx);
+        debug(format_args!(
+            "marks' memory allocated in context {ctx:#x}: {:?}",
+            r.map(|_| ())
+        ));
+        match r {
             Ok((host, device)) => {
                 // SAFETY: `host` holds `streams.len()` (= marks_cap) zeroed u64s, pinned for the
                 // process's life; the GPU writes them, the CPU reads them atomically.

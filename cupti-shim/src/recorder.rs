@@ -183,7 +183,8 @@ impl Recorder {
         if !crate::launch_hooks::active() {
             return Some(theirs);
         }
-        let w = self.correlation_map[theirs as usize & (CORRELATION_MAP - 1)].load(Ordering::Relaxed);
+        let w =
+            self.correlation_map[theirs as usize & (CORRELATION_MAP - 1)].load(Ordering::Relaxed);
         let check = (theirs >> 16) & ((1 << (64 - OUR_ID_BITS)) - 1);
         (w != 0 && w >> OUR_ID_BITS == check).then_some(w & ((1 << OUR_ID_BITS) - 1))
     }
@@ -279,7 +280,20 @@ impl Recorder {
         // The context a stream's launches run in: the flush thread's idle marks need it.
         m.set_context(slot, launch.stream, ctx);
         if !m.ready(ctx) {
-            return None;
+            // No context-created callback allocated the marks' memory (CUPTI is not loaded):
+            // the first launch does, unless a capture is in progress (then the flush thread
+            // does, later). Waiting for the flush thread cost the H200 reproducers their
+            // names: a wedge ~1 ms into the process, a full queue before the memory existed.
+            if ctx == 0 || !m.allocation_wanted() || m.capturing() {
+                return None;
+            }
+            if let Err(why) = m.allocate_in(&self.writer, ctx) {
+                self.fall_back(why);
+                return None;
+            }
+            if !m.ready(ctx) {
+                return None;
+            }
         }
         Some(m.before_launch(&self.writer, slot, launch.stream, launch.launch_ns))
     }
