@@ -174,7 +174,17 @@ fn an_unwritable_output_fails_before_attaching_with_its_exit_code() {
 fn a_target_that_exits_mid_trace_leaves_a_valid_file() {
     require_root!();
     let shim = shim_path();
-    let w = Worker::spawn(&["healthy", "2"], &[("CUDA_INJECTION64_PATH", &shim)]);
+    // The exact mode: this worker's kernels were all launched before the trace began, and
+    // with marks a trace gets per-kernel records only for kernels launched while it runs
+    // (as CUPTI on a GPU: records start with the launches after they are enabled) —
+    // `a_trace_with_marks_records_the_kernels_that_run_while_it_traces` covers that.
+    let w = Worker::spawn(
+        &["healthy", "2"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("WEDGEPROBE_SHIM_RECORD", "exact"),
+        ],
+    );
     sleep(secs(0.3));
     let out = tmp("exits.json");
     let r = trace(w.pid(), &out, "10s");
