@@ -270,6 +270,8 @@ mod tests {
             prologue_len(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x41, 0x54]),
             None
         );
+        // A jump first (another tool's hook is on it already): refused.
+        assert_eq!(prologue_len(&[0xe9, 1, 2, 3, 4, 0x41, 0x54]), None);
         // An int3 first (someone's uprobe is on it already): refused.
         assert_eq!(prologue_len(&[0xcc, 0x48, 0x89, 0xe5, 0x41, 0x54]), None);
         // A RIP-relative load after the push: refused, never moved.

@@ -61,6 +61,19 @@ impl Worker {
         }
     }
 
+    /// `spawn` with the worker's stderr (the shim's log lines) going to `log`.
+    pub fn spawn_logged(args: &[&str], env: &[(&str, &str)], log: &std::path::Path) -> Self {
+        let mut cmd = Command::new(wp_tests::simworker());
+        let file = std::fs::File::create(log).expect("create the worker's log");
+        cmd.args(args).stdout(Stdio::null()).stderr(file);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self {
+            child: cmd.spawn().expect("failed to start simworker"),
+        }
+    }
+
     pub fn spawn_path(path: PathBuf, args: &[&str]) -> Self {
         let child = Command::new(path)
             .args(args)

@@ -519,3 +519,57 @@ fn a_quiet_stream_is_marked_done_and_never_ages_into_a_wedge() {
     );
     assert_eq!(r["verdict"]["kind"], "healthy", "{}", r["verdict"]);
 }
+
+/// The launch hooks are what records by default (the shim says nothing); where they cannot go
+/// in — here turned off, as when another tool's jump already sits on an entry point — the
+/// shim says so in one line and records through the driver's callbacks, and the stuck kernel
+/// is named exactly either way.
+#[test]
+fn without_launch_hooks_the_shim_says_so_and_still_names_the_stuck_kernel() {
+    require_root!();
+    let shim = shim_path();
+    for hooks in ["on", "off"] {
+        let log =
+            std::env::temp_dir().join(format!("wp-hooks-{hooks}-{}.stderr", std::process::id()));
+        let w = Worker::spawn_logged(
+            &["wedge", "10", "300"],
+            &[
+                ("CUDA_INJECTION64_PATH", &shim),
+                ("SIMCUDA_RELEASE_AFTER_S", "8"),
+                ("WEDGEPROBE_SHIM_HOOKS", hooks),
+            ],
+            &log,
+        );
+        sleep(secs(1.5));
+        let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+        assert_eq!(
+            r["verdict"]["kind"], "kernel_wedge",
+            "hooks {hooks}: {}",
+            r["verdict"]
+        );
+        assert_eq!(
+            r["kernels"][0]["kernel"], "_Z17attn_wedge_kernelP7barrierPf",
+            "hooks {hooks}: {}",
+            r["kernels"][0]
+        );
+        assert_eq!(r["kernels"][0]["exact"], true, "hooks {hooks}");
+        drop(w);
+        let lines: Vec<String> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("wedgeprobe shim"))
+            .map(str::to_string)
+            .collect();
+        let _ = std::fs::remove_file(&log);
+        if hooks == "on" {
+            assert!(lines.is_empty(), "hooks on: {lines:?}");
+        } else {
+            assert_eq!(lines.len(), 1, "{lines:?}");
+            assert!(
+                lines[0].contains("launches recorded through the driver's callbacks")
+                    && lines[0].contains("WEDGEPROBE_SHIM_HOOKS"),
+                "{lines:?}"
+            );
+        }
+    }
+}

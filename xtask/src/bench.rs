@@ -33,6 +33,11 @@ const ATTACH_GRACE_MS: u64 = 2000;
 
 #[derive(clap::Subcommand)]
 enum What {
+    /// The shim's own CPU cost per launch on the simulated driver, interleaved: no shim, the
+    /// shim recording through its launch hooks (the default), and through the driver's
+    /// callbacks (`WEDGEPROBE_SHIM_HOOKS=off`, as with CUPTI's callbacks on a GPU — the
+    /// simulated callbacks cost less than CUPTI's dispatch).
+    Shim,
     /// Export time and peak RSS of a Chrome trace of N events (issue 4's goal: 1M events in
     /// ≤ 2 s and ≤ 200 MiB), plain and gzip.
     TraceExport {
@@ -66,6 +71,7 @@ enum What {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.what {
         Some(What::TraceExport { events }) => return trace_export(*events),
+        Some(What::Shim) => return shim_sides(args.launches, args.rounds),
         Some(What::Daemon {
             procs,
             seconds,
@@ -167,6 +173,60 @@ fn one_run(launches: u64, wedgeprobe: Option<&std::path::Path>) -> anyhow::Resul
         .nth(1)
         .and_then(|v| v.parse().ok())
         .with_context(|| format!("unexpected simworker output: {out}"))
+}
+
+/// `cargo xtask bench shim`: the launcher thread's CPU ns per launch for each side, rounds
+/// interleaved with the order rotated.
+fn shim_sides(launches: u64, rounds: u32) -> anyhow::Result<()> {
+    let wedgeprobe = build_wedgeprobe(true)?;
+    let shim = wedgeprobe.with_file_name("libcupti_shim.so");
+    let shim = shim.to_str().context("shim path is not UTF-8")?;
+    let sides: [(&str, &[(&str, &str)]); 3] = [
+        ("no shim", &[]),
+        ("shim, launch hooks", &[("CUDA_INJECTION64_PATH", shim)]),
+        (
+            "shim, driver callbacks",
+            &[
+                ("CUDA_INJECTION64_PATH", shim),
+                ("WEDGEPROBE_SHIM_HOOKS", "off"),
+            ],
+        ),
+    ];
+    let mut results: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    for round in 0..rounds as usize {
+        for k in 0..sides.len() {
+            let i = (k + round) % sides.len();
+            let (name, env) = sides[i];
+            let mut cmd = Command::new(wp_tests::simworker());
+            cmd.args(["bench", &launches.to_string()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null());
+            for (key, value) in env {
+                cmd.env(key, value);
+            }
+            let out = cmd.output().context("failed to run simworker")?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let ns: f64 = text
+                .split_whitespace()
+                .skip_while(|w| *w != "thread_cpu_ns_per_launch")
+                .nth(1)
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("unexpected simworker output: {text}"))?;
+            eprintln!("round {round}: {name} {ns:.1} ns/launch");
+            results[i].push(ns);
+        }
+    }
+    let base = median(&mut results[0].clone());
+    println!("| side | launches/run | rounds | CPU ns/launch (median) | added ns/launch |");
+    println!("|---|---|---|---|---|");
+    for (i, (name, _)) in sides.iter().enumerate() {
+        let m = median(&mut results[i]);
+        println!(
+            "| {name} | {launches} | {rounds} | {m:.0} | {:+.0} |",
+            m - base
+        );
+    }
+    Ok(())
 }
 
 fn median(v: &mut [f64]) -> f64 {
