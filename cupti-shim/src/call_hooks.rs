@@ -135,7 +135,9 @@ fn before(i: usize, a: [usize; 6]) -> Token {
             launch_hooks::handles_changed();
             if let Some(m) = marks::get() {
                 match kind {
-                    Kind::StreamDestroy => m.forget(current_context() as u64, a[0] as u64),
+                    Kind::StreamDestroy => {
+                        m.forget(launch_hooks::current_context() as u64, a[0] as u64)
+                    }
                     Kind::CtxDestroy => m.forget(a[0] as u64, 0),
                     _ => m.forget_all(),
                 }
@@ -202,20 +204,6 @@ fn sync_stream(i: usize, stream: usize) -> u64 {
     } else {
         stream as u64
     }
-}
-
-fn current_context() -> usize {
-    let mut c: *mut c_void = std::ptr::null_mut();
-    driver::driver()
-        .ctx_get_current
-        // SAFETY: an out-pointer.
-        .map_or(0, |g| {
-            if unsafe { g(&mut c) } == 0 {
-                c as usize
-            } else {
-                0
-            }
-        })
 }
 
 // Executable graphs: handle → our id, for the launch hook. Written at instantiation and

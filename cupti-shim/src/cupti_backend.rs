@@ -410,16 +410,12 @@ fn driver_stream_id(_ctx: usize, stream: usize, per_thread: u8) -> u32 {
         stream
     };
     let mut id = 0u64;
-    crate::driver::driver()
-        .stream_get_id
-        // SAFETY: a stream handle from a launch in progress; an out-pointer.
-        .map_or(0, |f| {
-            if unsafe { f(handle as *mut c_void, &mut id) } == 0 {
-                id as u32
-            } else {
-                0
-            }
-        })
+    let Some(get) = crate::driver::driver().stream_get_id else {
+        return 0;
+    };
+    // SAFETY: a stream handle from a launch in progress; an out-pointer.
+    let r = unsafe { get(handle as *mut c_void, &mut id) };
+    if r == 0 { id as u32 } else { 0 }
 }
 
 /// Gives CUPTI back so another tool can subscribe: flushes what is recorded, unsubscribes,

@@ -302,11 +302,10 @@ thread_local! {
 }
 
 /// A per-thread cache lookup: `make` runs on a miss (its 0 is not cached).
-fn cached<const N: usize>(
-    cache: &'static std::thread::LocalKey<[Cell<(usize, u64, u32)>; N]>,
-    key: usize,
-    make: impl FnOnce() -> u32,
-) -> u32 {
+/// A per-thread cache: (handle, epoch, value) per entry.
+type Cache<const N: usize> = std::thread::LocalKey<[Cell<(usize, u64, u32)>; N]>;
+
+fn cached<const N: usize>(cache: &'static Cache<N>, key: usize, make: impl FnOnce() -> u32) -> u32 {
     let epoch = EPOCH.load(Ordering::Acquire);
     let i = (key >> 4) % N;
     cache.with(|c| {
@@ -350,18 +349,15 @@ fn capturing(stream: *mut c_void) -> bool {
         .is_some_and(|f| unsafe { f(stream, &mut status) } == 0 && status != 0)
 }
 
-fn current_context() -> usize {
+/// The calling thread's current context (0: none).
+pub(crate) fn current_context() -> usize {
     let mut c: *mut c_void = std::ptr::null_mut();
-    crate::driver::driver()
-        .ctx_get_current
-        // SAFETY: an out-pointer.
-        .map_or(0, |g| {
-            if unsafe { g(&mut c) } == 0 {
-                c as usize
-            } else {
-                0
-            }
-        })
+    let Some(get) = crate::driver::driver().ctx_get_current else {
+        return 0;
+    };
+    // SAFETY: an out-pointer.
+    let r = unsafe { get(&mut c) };
+    if r == 0 { c as usize } else { 0 }
 }
 
 /// Records a launch before the driver sees it; the exit is recorded by `after`. Returns
@@ -570,9 +566,9 @@ macro_rules! graph_hook {
     ($name:ident, $entry:expr) => {
         unsafe extern "C" fn $name(exec: *mut c_void, stream: *mut c_void) -> u32 {
             let rec = guarded_before($entry, std::ptr::null_mut(), [0; 3], [0; 3], stream, exec);
+            let original = original($entry);
             // SAFETY: the trampoline to the original, which has this signature.
-            let r =
-                unsafe { std::mem::transmute::<usize, GraphFn>(original($entry))(exec, stream) };
+            let r = unsafe { std::mem::transmute::<usize, GraphFn>(original)(exec, stream) };
             guarded_after(rec, r);
             r
         }

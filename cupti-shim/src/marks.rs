@@ -80,8 +80,9 @@ struct StreamState {
     ctx: AtomicU64,
     gone: AtomicBool,
     idle_lock: Mutex<()>,
-    /// A synchronize covering this stream returned since its latest launch.
-    synced: AtomicBool,
+    /// The thread whose synchronize covering this stream returned, entered after the
+    /// stream's latest launch (0: none since).
+    synced_by: AtomicU32,
 }
 
 pub struct Marks {
@@ -217,7 +218,14 @@ impl Marks {
     /// Before a launch on the stream of mark slot `slot`: after an idle gap of `us` or more
     /// since the stream's last launch, marks that launch first (so the new launch starts a
     /// window of its own), and says whether to mark after this launch.
-    pub fn before_launch(&self, writer: &Writer, slot: u32, stream: u64, now_ns: u64) -> Pending {
+    pub fn before_launch(
+        &self,
+        writer: &Writer,
+        slot: u32,
+        stream: u64,
+        now_ns: u64,
+        tid: u32,
+    ) -> Pending {
         let Some(s) = self.streams.get(slot as usize) else {
             return Pending::default();
         };
@@ -230,11 +238,13 @@ impl Marks {
         if after_gap {
             self.mark(writer, s, slot, stream, last, now_ns);
         }
-        // The first launch after a synchronize too: the synchronize retired everything
-        // before it, so a mark right after it gives it a window of its own — on the H200 the
-        // wedge launched ~50 µs after a synchronize (under the 100 µs gap) was otherwise
-        // narrowed to two candidates.
-        let after_sync = s.synced.swap(false, Relaxed);
+        // The first launch after this thread's synchronize too: the synchronize retired
+        // everything before it, so a mark right after it gives it a window of its own — on
+        // the H200 the wedge launched ~50 µs after a synchronize (under the 100 µs gap) was
+        // otherwise narrowed to two candidates. Another thread's synchronize says nothing
+        // about this thread's launches in flight around it.
+        let after_sync =
+            tid != 0 && s.synced_by.load(Relaxed) == tid && s.synced_by.swap(0, Relaxed) == tid;
         let mark_after = after_gap
             || after_sync
             || s.since_mark.load(Relaxed) + 1 >= self.every
@@ -247,12 +257,15 @@ impl Marks {
         }
     }
 
-    /// A synchronize of `stream` (`ALL_STREAMS`: of every stream) returned: the next launch
-    /// on it is marked right after.
-    pub fn synced(&self, stream: u64) {
+    /// A synchronize of `stream` (`ALL_STREAMS`: of every stream) entered as `correlation`
+    /// returned on thread `tid`: where it was entered after the stream's latest launch, that
+    /// thread's next launch on it is marked right after.
+    pub fn synced(&self, stream: u64, correlation: u64, tid: u32) {
         for s in self.streams.iter() {
-            if stream == probe_common::journal::ALL_STREAMS || s.stream.load(Relaxed) == stream {
-                s.synced.store(true, Relaxed);
+            if (stream == probe_common::journal::ALL_STREAMS || s.stream.load(Relaxed) == stream)
+                && correlation > s.last_corr.load(Relaxed)
+            {
+                s.synced_by.store(tid, Relaxed);
             }
         }
     }

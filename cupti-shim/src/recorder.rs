@@ -295,7 +295,13 @@ impl Recorder {
                 return None;
             }
         }
-        Some(m.before_launch(&self.writer, slot, launch.stream, launch.launch_ns))
+        Some(m.before_launch(
+            &self.writer,
+            slot,
+            launch.stream,
+            launch.launch_ns,
+            launch.tid,
+        ))
     }
 
     /// A CUDA context was created (CUPTI's resource callback; the simulated driver's first
@@ -381,7 +387,7 @@ impl Recorder {
     pub fn synced(&self, correlation: u64, stream: u64) {
         self.writer.synced(correlation, stream, monotonic_ns());
         if let Some(m) = marks::get() {
-            m.synced(stream);
+            m.synced(stream, correlation, gettid());
         }
     }
 
