@@ -180,6 +180,8 @@ static void push(CUstream s, struct item it) {
 }
 
 /* Enqueue; while the queue is full, spin on sched_yield as the real driver does. */
+static int sim_device(void);
+
 static CUresult enqueue(unsigned api, struct sim_kernel *k, CUstream s, const unsigned grid[3],
                         const unsigned block[3]) {
     if (!k) return CUDA_ERROR_INVALID_VALUE;
@@ -187,7 +189,7 @@ static CUresult enqueue(unsigned api, struct sim_kernel *k, CUstream s, const un
     pthread_mutex_lock(&mu);
     unsigned sid = stream_index(s);
     pthread_mutex_unlock(&mu);
-    struct simcuda_launch l = {k->name, (unsigned long long)(uintptr_t)s, sid, 0,
+    struct simcuda_launch l = {k->name, (unsigned long long)(uintptr_t)s, sid, (unsigned)sim_device(),
                                {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}};
     uint64_t corr = api_enter(api, &l);
     push(s, (struct item){k, 0, corr, sid, NULL, 0});
@@ -335,7 +337,12 @@ EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned f
     return 0;
 }
 EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return 0; }
-EXPORT CUresult cuCtxGetDevice(CUdevice *d) { *d = 0; return 0; }
+/* SIMCUDA_DEVICE: the device this process's context is on (a rank on cuda:1). */
+static int sim_device(void) {
+    const char *d = getenv("SIMCUDA_DEVICE");
+    return d ? atoi(d) : 0;
+}
+EXPORT CUresult cuCtxGetDevice(CUdevice *d) { *d = sim_device(); return 0; }
 EXPORT CUresult cuCtxSetCurrent(CUcontext c) { (void)c; return 0; }
 EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) { *mode = 0; return 0; }
 EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c) { (void)c; return 0; }

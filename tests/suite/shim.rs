@@ -573,3 +573,23 @@ fn without_launch_hooks_the_shim_says_so_and_still_names_the_stuck_kernel() {
         }
     }
 }
+
+/// A process whose context is on device 1 (a rank on `cuda:1`): its stuck kernel is reported
+/// on device 1 — through the launch hooks (the device of the launch's current context) and
+/// through the driver's callbacks alike (issue 13: a rank on cuda:1 was reported as dev 0).
+#[test]
+fn a_kernel_stuck_on_device_1_is_reported_on_device_1() {
+    require_root!();
+    for hooks in ["on", "off"] {
+        let (w, r) = wedged_report(&[("SIMCUDA_DEVICE", "1"), ("WEDGEPROBE_SHIM_HOOKS", hooks)]);
+        let head = &r["kernels"][0];
+        assert_eq!(
+            head["kernel"], "_Z17attn_wedge_kernelP7barrierPf",
+            "hooks {hooks}: {head}"
+        );
+        assert_eq!(head["device"], 1, "hooks {hooks}: {head}");
+        let summary = r["verdict"]["summary"].as_str().unwrap_or_default();
+        assert!(summary.contains("device 1"), "hooks {hooks}: {summary}");
+        drop(w);
+    }
+}
