@@ -124,7 +124,10 @@ pub fn covers(api: u32) -> bool {
 type Token = (u64, bool);
 
 fn before(i: usize, a: [usize; 6]) -> Token {
-    if !launch_hooks::recording() {
+    // Bookkeeping (teardown, captures, graphs) whenever the hooks are in place, a lease
+    // included: CUPTI attached late leaves it to them. Recording the call only while the
+    // hooks record.
+    if !launch_hooks::active() {
         return (0, false);
     }
     let Some(&(_, kind)) = CALLS.get(i) else {
@@ -151,7 +154,7 @@ fn before(i: usize, a: [usize; 6]) -> Token {
         _ => {}
     }
     let api = API[i].load(Ordering::Relaxed);
-    if api == u32::MAX {
+    if api == u32::MAX || !launch_hooks::recording() {
         return (0, false);
     }
     let Some(rec) = recorder::get() else {
@@ -178,7 +181,7 @@ fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
             }
         }
     }
-    if !launch_hooks::recording() {
+    if !launch_hooks::active() {
         return;
     }
     match kind {
