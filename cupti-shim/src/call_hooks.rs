@@ -175,7 +175,10 @@ fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
         rec.api_exit(ok);
         if ok {
             match kind {
-                Kind::StreamSync => rec.synced(correlation, sync_stream(i, a[0])),
+                Kind::StreamSync => {
+                    let per_thread = CALLS[i].0.to_bytes().ends_with(b"_ptsz");
+                    rec.synced(correlation, marks::stream_handle(a[0] as u64, per_thread))
+                }
                 Kind::CtxSync => rec.synced(correlation, ALL_STREAMS),
                 _ => {}
             }
@@ -193,19 +196,6 @@ fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
             instantiated(*(a[0] as *const usize), a[1]);
         },
         _ => {}
-    }
-}
-
-/// The stream a synchronize covers, as launches record it (the per-thread default stream
-/// as `marks::STREAM_PER_THREAD`).
-fn sync_stream(i: usize, stream: usize) -> u64 {
-    let per_thread = CALLS
-        .get(i)
-        .is_some_and(|(n, _)| n.to_bytes().ends_with(b"_ptsz"));
-    if stream == 0 && per_thread {
-        marks::STREAM_PER_THREAD
-    } else {
-        stream as u64
     }
 }
 

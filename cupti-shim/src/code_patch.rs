@@ -315,21 +315,23 @@ mod tests {
     }
 
     #[test]
-    fn a_redirected_function_reaches_ours_and_the_original_through_the_trampoline() {
+    fn a_redirected_function_reaches_ours_and_the_original_through_the_trampoline()
+    -> Result<(), &'static str> {
         let target = wp_patch_test_target as *const () as usize;
         // SAFETY: plain arithmetic before the patch.
         assert_eq!(unsafe { wp_patch_test_target(2, 3) }, 5);
-        let mut page = Page::near(target).unwrap();
-        let patch = page.prepare(target, ours as *const () as usize).unwrap();
+        let mut page = Page::near(target)?;
+        let patch = page.prepare(target, ours as *const () as usize)?;
         ORIGINAL.store(patch.trampoline as u64, Ordering::SeqCst);
-        page.seal().unwrap();
+        page.seal()?;
         // SAFETY: no other thread calls the test target.
-        unsafe { patch.apply() }.unwrap();
+        unsafe { patch.apply() }?;
         // SAFETY: as above; now through ours and the trampoline.
         assert_eq!(unsafe { wp_patch_test_target(2, 3) }, 50);
         // SAFETY: applied above.
-        unsafe { patch.restore() }.unwrap();
+        unsafe { patch.restore() }?;
         // SAFETY: as above; the original again.
         assert_eq!(unsafe { wp_patch_test_target(2, 3) }, 5);
+        Ok(())
     }
 }

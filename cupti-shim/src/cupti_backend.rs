@@ -510,7 +510,7 @@ fn per_kernel_records(c: &Cupti, on: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The stream id CUPTI's records use, for the launch hooks.
+/// The stream id CUPTI's records use (launch callbacks and the launch hooks).
 fn stream_id_of(ctx: usize, stream: usize, per_thread: u8) -> u32 {
     let mut id = 0u32;
     if let Some(c) = CUPTI.get() {
@@ -644,22 +644,13 @@ unsafe extern "C" fn on_api(
             // SAFETY: a NUL-terminated string valid during the callback.
             unsafe { CStr::from_ptr(d.symbolName) }.to_bytes()
         };
-        let (mut stream_id, mut graph_id) = (0u32, 0u32);
-        if let Some(c) = CUPTI.get() {
-            // SAFETY: the callback's context and the launch's stream / executable graph.
-            unsafe {
-                (c.cuptiGetStreamIdEx)(d.context, stream, per_thread, &mut stream_id);
-                if !graph_exec.is_null() {
-                    (c.cuptiGetGraphExecId)(graph_exec, &mut graph_id);
-                }
-            }
-        }
-        // The per-thread default stream as a handle valid anywhere (marks are written to it).
-        let stream = if stream.is_null() && per_thread != 0 {
-            crate::marks::STREAM_PER_THREAD
+        let stream_id = stream_id_of(d.context as usize, stream as usize, per_thread);
+        let graph_id = if graph_exec.is_null() {
+            0
         } else {
-            stream as u64
+            graph_id_of(graph_exec as usize)
         };
+        let stream = crate::marks::stream_handle(stream as u64, per_thread != 0);
         rec.launch_keyed(
             name,
             d.symbolName as usize,
@@ -758,11 +749,11 @@ unsafe fn on_resource(cbid: u32, data: *const CUpti_ResourceData) {
             rec.graph_node_cloned(node_id(g.node), node_id(g.originalNode), graph_id(g.graph));
         }
         CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED => {
-            let mut exec = 0u32;
-            if !g.graphExec.is_null() {
-                // SAFETY: the executable graph CUPTI passed.
-                unsafe { (c.cuptiGetGraphExecId)(g.graphExec, &mut exec) };
-            }
+            let exec = if g.graphExec.is_null() {
+                0
+            } else {
+                graph_id_of(g.graphExec as usize)
+            };
             if exec != 0 {
                 rec.graph_exec(exec, graph_id(g.graph));
             }

@@ -411,11 +411,7 @@ fn before(
             }),
         )
     };
-    let stream = if stream.is_null() && per_thread != 0 {
-        crate::marks::STREAM_PER_THREAD
-    } else {
-        stream as u64
-    };
+    let stream = crate::marks::stream_handle(stream as u64, per_thread != 0);
     rec.launch_named(
         name_id,
         Launch {
@@ -463,8 +459,9 @@ fn original(entry: Entry) -> usize {
     ORIGINAL[entry as usize].load(Ordering::Acquire)
 }
 
+/// `cuLaunchKernel` and `cuLaunchCooperativeKernel` (the same arguments, less `extra`).
 macro_rules! launch_hook {
-    ($name:ident, $entry:expr) => {
+    ($name:ident, $entry:expr, $fn_ty:ty $(, $tail:ident)*) => {
         unsafe extern "C" fn $name(
             f: *mut c_void,
             gx: u32,
@@ -476,7 +473,7 @@ macro_rules! launch_hook {
             shmem: u32,
             stream: *mut c_void,
             params: *mut *mut c_void,
-            extra: *mut *mut c_void,
+            $($tail: *mut *mut c_void,)*
         ) -> u32 {
             let rec = guarded_before(
                 $entry,
@@ -486,10 +483,11 @@ macro_rules! launch_hook {
                 stream,
                 std::ptr::null_mut(),
             );
+            let original = original($entry);
             // SAFETY: the trampoline to the original, which has this signature.
             let r = unsafe {
-                std::mem::transmute::<usize, LaunchFn>(original($entry))(
-                    f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,
+                std::mem::transmute::<usize, $fn_ty>(original)(
+                    f, gx, gy, gz, bx, by, bz, shmem, stream, params $(, $tail)*
                 )
             };
             guarded_after(rec, r);
@@ -528,40 +526,6 @@ macro_rules! launch_ex_hook {
     };
 }
 
-macro_rules! cooperative_hook {
-    ($name:ident, $entry:expr) => {
-        unsafe extern "C" fn $name(
-            f: *mut c_void,
-            gx: u32,
-            gy: u32,
-            gz: u32,
-            bx: u32,
-            by: u32,
-            bz: u32,
-            shmem: u32,
-            stream: *mut c_void,
-            params: *mut *mut c_void,
-        ) -> u32 {
-            let rec = guarded_before(
-                $entry,
-                f,
-                [gx, gy, gz],
-                [bx, by, bz],
-                stream,
-                std::ptr::null_mut(),
-            );
-            // SAFETY: the trampoline to the original, which has this signature.
-            let r = unsafe {
-                std::mem::transmute::<usize, CooperativeFn>(original($entry))(
-                    f, gx, gy, gz, bx, by, bz, shmem, stream, params,
-                )
-            };
-            guarded_after(rec, r);
-            r
-        }
-    };
-}
-
 macro_rules! graph_hook {
     ($name:ident, $entry:expr) => {
         unsafe extern "C" fn $name(exec: *mut c_void, stream: *mut c_void) -> u32 {
@@ -575,11 +539,11 @@ macro_rules! graph_hook {
     };
 }
 
-launch_hook!(launch, Entry::Launch);
-launch_hook!(launch_ptsz, Entry::LaunchPtsz);
+launch_hook!(launch, Entry::Launch, LaunchFn, extra);
+launch_hook!(launch_ptsz, Entry::LaunchPtsz, LaunchFn, extra);
 launch_ex_hook!(launch_ex, Entry::LaunchEx);
 launch_ex_hook!(launch_ex_ptsz, Entry::LaunchExPtsz);
-cooperative_hook!(cooperative, Entry::Cooperative);
-cooperative_hook!(cooperative_ptsz, Entry::CooperativePtsz);
+launch_hook!(cooperative, Entry::Cooperative, CooperativeFn);
+launch_hook!(cooperative_ptsz, Entry::CooperativePtsz, CooperativeFn);
 graph_hook!(graph, Entry::Graph);
 graph_hook!(graph_ptsz, Entry::GraphPtsz);

@@ -129,6 +129,17 @@ pub fn capture(begun: bool) {
     }
 }
 
+/// A launch's or synchronize's stream as the journal and marks keep it: the per-thread
+/// default stream (a null stream through a `_ptsz` entry point) as `STREAM_PER_THREAD`, a
+/// handle valid anywhere (marks are written to it).
+pub fn stream_handle(stream: u64, per_thread: bool) -> u64 {
+    if stream == 0 && per_thread {
+        STREAM_PER_THREAD
+    } else {
+        stream
+    }
+}
+
 /// `WEDGEPROBE_SHIM_DEBUG=1`: one line per event of the marks' set-up (never per launch).
 fn debug(args: std::fmt::Arguments) {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
