@@ -456,9 +456,12 @@ impl ChromeTrace {
                 }
                 _ => continue,
             };
+            // Never before what the track already holds: a launch the last drain read can
+            // start after the tick that ended the trace.
+            let ts = self.monotone((pid, tid), end_ns);
             self.push(
                 &json!({"ph": "X", "name": "end of trace (still running)", "cat": "marker",
-                "pid": pid, "tid": tid, "ts": us(end_ns), "dur": 0}),
+                "pid": pid, "tid": tid, "ts": us(ts), "dur": 0}),
             )?;
         }
         Ok(())
