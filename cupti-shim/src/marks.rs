@@ -16,8 +16,9 @@
 //! the candidates (`FLAG_MARKED`, probe-user's `kernels`), never one guessed name.
 //!
 //! A stream's last launch before it goes quiet would stay unproven (and age into a false
-//! wedge): the flush thread marks a stream whose latest launch is unmarked and 100 ms old
-//! (`idle_marks`), from its own thread with the stream's context made current — never a stream
+//! wedge): the flush thread marks a stream whose latest launch is unmarked and 100 ms old and
+//! on which no launch is in progress (`idle_marks`; a launch waiting for room in a full queue
+//! means a mark would wait too, and the flush thread must keep publishing), from its own thread with the stream's context made current — never a stream
 //! or context whose destruction has started (CUPTI resource callbacks, under the slot's lock),
 //! never a per-thread default stream (that handle means the calling thread's own), and never
 //! the legacy default stream: an operation there synchronises with every blocking stream of
@@ -83,6 +84,9 @@ struct StreamState {
     /// The thread whose synchronize covering this stream returned, entered after the
     /// stream's latest launch (0: none since).
     synced_by: AtomicU32,
+    /// When a launch on the stream entered that has not returned (0: none): such a stream is
+    /// not idle, and an idle mark would wait with the launch for room in its full queue.
+    launching: AtomicU64,
 }
 
 pub struct Marks {
@@ -240,6 +244,7 @@ impl Marks {
         let Some(s) = self.streams.get(slot as usize) else {
             return Pending::default();
         };
+        s.launching.store(now_ns.max(1), Relaxed);
         let last = s.last_corr.load(Relaxed);
         let gap = now_ns.saturating_sub(s.last_launch_ns.load(Relaxed));
         // The first launch after an idle gap gets a window of its own: marks on both sides.
@@ -331,7 +336,13 @@ impl Marks {
         for (slot, s) in self.streams.iter().enumerate() {
             let last = s.last_corr.load(Relaxed);
             let (stream, ctx) = (s.stream.load(Relaxed), s.ctx.load(Acquire));
+            // A launch still in progress: the stream is not idle but (most likely) full —
+            // behind a wedged kernel, the launching thread waits for room, and a mark would
+            // wait with it: the flush thread would publish nothing more (the CI run where
+            // marks published just before the wedge named the kernel before the stuck one,
+            // from a mark that had passed) and could not release.
             if last == 0
+                || s.launching.load(Relaxed) != 0
                 || last <= s.last_marked.load(Relaxed)
                 || now_ns.saturating_sub(s.last_launch_ns.load(Relaxed)) < IDLE_NS
                 || ctx == 0
@@ -363,6 +374,7 @@ impl Marks {
         };
         if !ok {
             writer.launch_failed(correlation);
+            s.launching.store(0, Relaxed);
             return;
         }
         s.last_corr.store(correlation, Relaxed);
@@ -372,6 +384,8 @@ impl Marks {
         } else {
             s.since_mark.fetch_add(1, Relaxed);
         }
+        // Only now: the mark after the launch can wait for room in the queue too.
+        s.launching.store(0, Relaxed);
     }
 
     /// A graph launch: always marked (one mark per launch of ~hundreds of kernel nodes).

@@ -395,10 +395,13 @@ impl Recorder {
         self.writer.complete(completion);
     }
 
-    /// Flush thread, every 100 ms: idle streams' last launches marked, marks published, a
-    /// sign of life.
+    /// Flush thread, every 100 ms: marks published, a sign of life, then idle streams' last
+    /// launches marked. Publishing comes first: an idle mark is a driver call that can wait
+    /// for room in a stream's queue, and what passed before it must be readable meanwhile.
     pub fn heartbeat(&self) {
         let now = monotonic_ns();
+        self.writer.publish_marks(now);
+        self.writer.heartbeat(now);
         if self.writer.record_mode() == RECORD_MARKS
             && let Some(m) = marks::get()
         {
@@ -407,8 +410,6 @@ impl Recorder {
             }
             m.idle_marks(&self.writer, now);
         }
-        self.writer.publish_marks(now);
-        self.writer.heartbeat(now);
     }
 
     pub fn turn_off(&self) {

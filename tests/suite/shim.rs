@@ -460,6 +460,31 @@ fn with_marks_a_kernel_launched_in_a_burst_is_narrowed_to_candidates_never_misna
     );
 }
 
+/// Behind a wedged kernel the launching thread waits for room in the full queue; the shim's
+/// flush thread must not wait with it (an idle mark on that stream would): it keeps publishing
+/// marks and signs of life after the wedge. Before the fix, a tick publishing just before the
+/// stuck kernel's predecessor passed its mark left that predecessor named as stuck.
+#[test]
+fn the_flush_thread_keeps_publishing_behind_a_full_queue() {
+    require_root!();
+    let (_w, r) = wedged_report(&[("SIMWORKER_BURST", "3")]);
+    let journal = &r["targets"][0]["journal"];
+    assert_eq!(journal["record"], "marks", "{journal}");
+    let head = &r["kernels"][0];
+    let wedged_ms_ago = head["launched_ms_ago"].as_f64().unwrap();
+    let heartbeat_ms_ago = journal["heartbeat_age_ms"].as_f64().unwrap();
+    // Ordering, not timing: a sign of life came after the queue filled (the launcher blocks
+    // within milliseconds of the wedge, the stuck flush thread stopped 100 ms after that).
+    assert!(
+        heartbeat_ms_ago + 500.0 < wedged_ms_ago,
+        "the last heartbeat ({heartbeat_ms_ago} ms ago) predates the wedge ({wedged_ms_ago} ms ago) by too little: {journal}"
+    );
+    assert!(
+        head["kernel"] != "_Z14prefill_kernelPfS_i",
+        "a kernel whose mark passed is never the stuck one: {head}"
+    );
+}
+
 /// The exact mode (a CUPTI record per kernel) names the same kernel alone.
 #[test]
 fn the_exact_mode_names_a_kernel_launched_in_a_burst() {
