@@ -12,7 +12,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use probe_common::{
     CallDone, EVENT_CALL_DONE, EVENT_KERNEL_NAME, EventHeader, InCall, KernelName,
     SAMPLE_STACK_LEN, SampleHeader, counters,
-    journal::{RECORD_LAUNCH, RingRecord},
+    journal::{RECORD_LAUNCH, RECORD_SYNCED, RingRecord},
     maps,
 };
 
@@ -178,6 +178,10 @@ impl Collector {
         }
         let code = TargetCode::new(&target, &attached.lib);
         self.model.add_process(target, code, sys::monotonic_ns());
+        if let Some((j, _)) = self.journals.get(&pid) {
+            self.model
+                .journal_opened(pid, j.view().header().created_mono_ns);
+        }
         Ok(attached)
     }
 
@@ -221,7 +225,9 @@ impl Collector {
         let mut stopped_pids = Vec::new();
         for (&pid, (journal, cursor)) in self.journals.iter_mut() {
             let view = journal.view();
-            let mut moved = false;
+            // The newest sign of GPU work among the records read, at its own time: the first
+            // read after attach holds records from before it, which must not count as now.
+            let mut moved_at = 0u64;
             // Consecutive records mostly name the same kernel: look the name up once per run
             // of them, and feed the history one run at a time.
             let mut last: Option<(u32, Arc<str>)> = None;
@@ -230,10 +236,13 @@ impl Collector {
             let records = cursor.advance_at_most(view, self.max_records_per_poll);
             lap.mark(&mut self.phases[3]);
             for r in records {
+                if r.kind == RECORD_SYNCED {
+                    moved_at = moved_at.max(r.start_ns.min(now_ns));
+                }
                 if !(is_completion(&r) || r.kind == RECORD_LAUNCH) {
                     continue;
                 }
-                moved = true;
+                moved_at = moved_at.max(r.start_ns.max(r.end_ns).min(now_ns));
                 let name = match &last {
                     Some((id, n)) if *id == r.name_id => n.clone(),
                     _ => {
@@ -262,9 +271,8 @@ impl Collector {
             if let Some((_, n)) = &last {
                 self.model.history.record_all(pid, n, &run);
             }
-            if moved {
-                self.model.progress(pid, now_ns);
-            }
+            self.model
+                .progress(pid, moved_at.max(cursor.last_mark_at_ns().min(now_ns)));
             lap.mark(&mut self.phases[4]);
             // A shim that is off or gave CUPTI back no longer updates its slots: launches in
             // flight then never complete in the table, and judged as kernels they would age
@@ -567,6 +575,10 @@ impl Collector {
                 && let Some(m) = crate::target::find_journal(pid)
             {
                 self.open_journal(pid, &m.path);
+                if let Some((j, _)) = self.journals.get(&pid) {
+                    self.model
+                        .journal_opened(pid, j.view().header().created_mono_ns);
+                }
             }
             let Some(p) = self.model.procs.get_mut(&pid) else {
                 continue;
@@ -583,13 +595,24 @@ impl Collector {
                 .retain(|t| alive.binary_search(t).is_ok());
             // Per-thread CPU serves the host-stall verdict only, whose precondition is GPU
             // work that stopped moving with no kernel in flight: read it then, not for every
-            // thread of every busy process each second (one /proc read per thread).
-            let quiet = now_ns.saturating_sub(p.last_progress_ns) >= PRUNE_EVERY_NS
+            // thread of every busy process each second (one /proc read per thread). Quiet
+            // since attach counts from the first reading: a stall that began before attach
+            // is found in the first window, not a second later.
+            let quiet_since_attach = p.last_progress_ns <= p.attached_ns;
+            let quiet = (quiet_since_attach
+                || now_ns.saturating_sub(p.last_progress_ns) >= PRUNE_EVERY_NS)
                 && self.model.kernels.get(&pid).is_none_or(|k| k.is_empty());
             if quiet {
+                let (boot_now, hz) = (sys::boottime_ns(), sys::clock_ticks_per_s());
                 for &tid in &alive {
-                    if let Some(ticks) = thread_cpu_ticks(pid, tid) {
-                        self.model.set_cpu(pid, tid, ticks, sys::monotonic_ns());
+                    if let Some(cpu) = thread_cpu(pid, tid) {
+                        // A thread's life says whether it spun before attach, as long as no
+                        // GPU work moved since (then the spin began after it, in view).
+                        let alive_ns = quiet_since_attach.then(|| {
+                            boot_now.saturating_sub((cpu.start_ticks as f64 / hz * 1e9) as u64)
+                        });
+                        self.model
+                            .set_cpu(pid, tid, cpu.ticks, alive_ns, sys::monotonic_ns());
                     }
                 }
             } else {
@@ -668,12 +691,28 @@ fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-/// utime + stime of a thread, in clock ticks (/proc/PID/task/TID/stat fields 14 and 15).
-fn thread_cpu_ticks(pid: u32, tid: u32) -> Option<u64> {
+struct ThreadCpu {
+    /// utime + stime, in clock ticks.
+    ticks: u64,
+    /// When the thread started, in clock ticks since boot.
+    start_ticks: u64,
+}
+
+/// A thread's CPU time and start (/proc/PID/task/TID/stat fields 14, 15 and 22).
+fn thread_cpu(pid: u32, tid: u32) -> Option<ThreadCpu> {
     let s = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    let rest = s.rsplit_once(')')?.1;
+    parse_thread_cpu(&s)
+}
+
+fn parse_thread_cpu(stat: &str) -> Option<ThreadCpu> {
+    let rest = stat.rsplit_once(')')?.1;
+    // After the comm: state is field 3 at index 0.
     let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    Some(ThreadCpu {
+        ticks: field(14)? + field(15)?,
+        start_ticks: field(22)?,
+    })
 }
 
 fn is_sleeping(pid: u32, tid: u32) -> bool {

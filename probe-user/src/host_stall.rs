@@ -2,11 +2,18 @@
 //! ranks: 0/1821 ready", 105% CPU, for 30 minutes) never enter a driver call and have no
 //! kernel in flight, so neither the driver-call verdicts nor the kernel verdict see them.
 //!
-//! A process is in a host stall when its GPU work has not moved (no launch, completion or
-//! driver call returning) for `stall_after`, no kernel of it is in flight, and a thread has
-//! used ≥ 80% of a core for that long. The report shows each such thread's CPU use and its
-//! latest on-CPU stack (sampled by the eBPF perf sampler, return addresses found by scanning,
-//! symbolized with blazesym). Python stacks are not read yet.
+//! A process is in a host stall when its GPU work has not moved (no launch, completion, mark
+//! or driver call returning) for `stall_after`, no kernel of it is in flight, and a thread has
+//! used ≥ 80% of a core for that long. The report shows each such thread's CPU use, its latest
+//! on-CPU stack (sampled by the eBPF perf sampler, return addresses found by scanning,
+//! symbolized with blazesym) and its Python stack (`report`).
+//!
+//! A stall that began before attach — someone runs `report` at 3 a.m. on a boot deadlock — is
+//! found in the first window: the shim journal dates the last GPU work (possibly long before
+//! attach), and a thread's CPU time over its whole life, read at the first reading, dates its
+//! spin. Without a journal nothing is known of the GPU before attach: a process whose threads
+//! have spun since before attach with no driver call returning in view is reported, saying
+//! that (`gpu_evidence`: `attach`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -29,8 +36,12 @@ pub fn stall_after_ns() -> u64 {
 pub struct HostStall {
     pub pid: u32,
     pub comm: String,
-    /// Since the last sign of GPU work.
+    /// Since the last sign of GPU work (without a journal: since attach at most).
     pub no_gpu_progress_ms: f64,
+    /// Where `no_gpu_progress_ms` counts from: `journal` (the shim's record of every launch,
+    /// completion and synchronize, before attach included) or `attach` (no journal: the GPU
+    /// work before attach is not known).
+    pub gpu_evidence: &'static str,
     pub threads: Vec<SpinningThread>,
 }
 
@@ -51,7 +62,11 @@ pub fn find(model: &Model, now_ns: u64) -> Vec<HostStall> {
     let after = stall_after_ns();
     let mut out = Vec::new();
     for (&pid, p) in &model.procs {
-        if p.exited || now_ns.saturating_sub(p.last_progress_ns) < after {
+        // Without a journal, quiet since attach is all that can be known of the GPU; the
+        // threads' spin (dated from their life at the first reading) carries the duration.
+        let quiet = now_ns.saturating_sub(p.last_progress_ns) >= after
+            || (!p.progress_known_before_attach && p.last_progress_ns <= p.attached_ns);
+        if p.exited || !quiet {
             continue;
         }
         if model.kernels.get(&pid).is_some_and(|k| !k.is_empty()) {
@@ -91,6 +106,11 @@ pub fn find(model: &Model, now_ns: u64) -> Vec<HostStall> {
                 pid,
                 comm: p.target.comm.clone(),
                 no_gpu_progress_ms: now_ns.saturating_sub(p.last_progress_ns) as f64 / 1e6,
+                gpu_evidence: if p.progress_known_before_attach {
+                    "journal"
+                } else {
+                    "attach"
+                },
                 threads,
             });
         }
@@ -179,11 +199,22 @@ pub fn describe(s: &HostStall) -> String {
             )
         })
         .collect();
+    let gpu = if s.gpu_evidence == "journal" {
+        format!(
+            "has had no GPU work for {:.0} s and no kernel in flight",
+            s.no_gpu_progress_ms / 1e3
+        )
+    } else {
+        format!(
+            "returned from no driver call in the {:.1} s watched (no journal: its GPU work \
+             before attach and kernels in flight are not known)",
+            s.no_gpu_progress_ms / 1e3
+        )
+    };
     format!(
-        "host stall: pid {} ({}) has had no GPU work for {:.0} s and no kernel in flight while {}",
+        "host stall: pid {} ({}) {gpu} while {}",
         s.pid,
         s.comm,
-        s.no_gpu_progress_ms / 1e3,
         threads.join("; ")
     )
 }

@@ -34,6 +34,8 @@ pub struct JournalCursor {
     pub completed: u64,
     /// Times a stream's mark was seen to advance (marks mode).
     pub marks_passed: u64,
+    /// When the shim saw the newest of those marks pass (0: none).
+    last_mark_at_ns: u64,
     /// Highest completed correlation id per CUPTI stream id: streams run in order, so every
     /// launch before it on that stream is done even if its own record never came.
     done_through: HashMap<u32, u64>,
@@ -213,10 +215,16 @@ impl JournalCursor {
                 if m.done > e.0 {
                     *e = (m.done, m.done_at_ns);
                     self.marks_passed += 1;
+                    self.last_mark_at_ns = self.last_mark_at_ns.max(m.done_at_ns);
                 }
             }
         }
         read.records
+    }
+
+    /// When the shim saw the newest advancing mark pass (0: none seen): a sign of GPU work.
+    pub fn last_mark_at_ns(&self) -> u64 {
+        self.last_mark_at_ns
     }
 
     /// The oldest in-flight kernel of every stream, longest running first.

@@ -94,6 +94,10 @@ pub struct ThreadState {
     pub cpu_pct: f64,
     /// Since when it has used ≥ 80% of a core without a break (0: not now).
     pub busy_since_ns: u64,
+    /// Read at the first CPU reading: the thread had used ≥ 80% of a core on average since it
+    /// started, at this time — a spin that began before attach (the first rate then dates
+    /// `busy_since_ns` from here, not from the reading).
+    pub busy_from_start_ns: Option<u64>,
     /// (utime + stime ticks, when) of the last CPU reading.
     pub cpu_ticks: Option<(u64, u64)>,
     /// The latest stack sample: (when, ip, words of the stack that point into code).
@@ -182,9 +186,13 @@ pub struct ProcessState {
     /// Threads that existed when wedgeprobe attached: only they can be inside a call that
     /// began before attach (a stack-scanned call).
     pub threads_at_attach: std::collections::BTreeSet<u32>,
-    /// Last sign of GPU work: a launch or completion in the journal, or a driver call
-    /// returning (CLOCK_MONOTONIC ns; attach time at first).
+    /// Last sign of GPU work: a launch, completion, synchronize or mark in the journal (at
+    /// its own time, possibly before attach), or a driver call returning (CLOCK_MONOTONIC ns;
+    /// attach time at first, the journal's creation once it is opened).
     pub last_progress_ns: u64,
+    /// A shim journal tells the GPU work from before attach: `last_progress_ns` may predate
+    /// it. Without one, nothing before attach is known.
+    pub progress_known_before_attach: bool,
 }
 
 /// Latency of finished calls of one entry point.
@@ -332,6 +340,7 @@ impl Model {
                 threads: BTreeMap::new(),
                 threads_at_attach,
                 last_progress_ns: now_ns,
+                progress_known_before_attach: false,
             },
         );
     }
@@ -670,17 +679,36 @@ impl Model {
         heads
     }
 
-    /// Something of `pid`'s GPU work moved at `now_ns`.
-    pub fn progress(&mut self, pid: u32, now_ns: u64) {
+    /// Something of `pid`'s GPU work moved at `at_ns`.
+    pub fn progress(&mut self, pid: u32, at_ns: u64) {
         if let Some(p) = self.procs.get_mut(&pid) {
-            p.last_progress_ns = p.last_progress_ns.max(now_ns);
+            p.last_progress_ns = p.last_progress_ns.max(at_ns);
         }
     }
 
-    /// Per-thread CPU use, read from /proc once a second: `ticks` = utime + stime.
-    pub fn set_cpu(&mut self, pid: u32, tid: u32, ticks: u64, now_ns: u64) {
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    /// `pid`'s shim journal, created at `created_ns`, is read from now on: it holds every
+    /// launch and completion since then, so the last sign of GPU work is what it says (the
+    /// creation itself when it says nothing) — possibly long before attach. A stall that
+    /// began before attach is then measured from its real start (issue 13: a boot deadlock
+    /// reported healthy because `--stall-after` counted from attach).
+    pub fn journal_opened(&mut self, pid: u32, created_ns: u64) {
+        if let Some(p) = self.procs.get_mut(&pid)
+            && !p.progress_known_before_attach
+        {
+            p.progress_known_before_attach = true;
+            p.last_progress_ns = if created_ns <= p.attached_ns {
+                created_ns
+            } else {
+                // CUDA initialised after attach: nothing before it to know.
+                p.last_progress_ns.max(created_ns)
+            };
+        }
+    }
+
+    /// Per-thread CPU use, read from /proc once a second: `ticks` = utime + stime, `alive_ns`
+    /// how long the thread has existed (at the first reading, its whole life is the window).
+    pub fn set_cpu(&mut self, pid: u32, tid: u32, ticks: u64, alive_ns: Option<u64>, now_ns: u64) {
+        let hz = crate::sys::clock_ticks_per_s();
         let Some(t) = self.thread(pid, tid) else {
             return;
         };
@@ -691,11 +719,15 @@ impl Model {
             t.cpu_pct = (ticks.saturating_sub(prev) as f64 / hz) / secs * 100.0;
             if t.cpu_pct >= 80.0 {
                 if t.busy_since_ns == 0 {
-                    t.busy_since_ns = at;
+                    t.busy_since_ns = t.busy_from_start_ns.unwrap_or(at);
                 }
             } else {
                 t.busy_since_ns = 0;
+                t.busy_from_start_ns = None;
             }
+        } else if let Some(alive) = alive_ns.filter(|&a| a > 0) {
+            let life_pct = (ticks as f64 / hz) / (alive as f64 / 1e9) * 100.0;
+            t.busy_from_start_ns = (life_pct >= 80.0).then(|| now_ns.saturating_sub(alive));
         }
         t.cpu_ticks = Some((ticks, now_ns));
     }
@@ -708,6 +740,7 @@ impl Model {
                 t.cpu_ticks = None;
                 t.cpu_pct = 0.0;
                 t.busy_since_ns = 0;
+                t.busy_from_start_ns = None;
             }
         }
     }

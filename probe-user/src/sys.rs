@@ -8,6 +8,23 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// CLOCK_BOOTTIME in ns: the clock /proc's thread start times count from.
+pub fn boottime_ns() -> u64 {
+    clock_ns(libc::CLOCK_BOOTTIME)
+}
+
+/// Clock ticks per second (`_SC_CLK_TCK`), the unit of /proc's CPU times and start times.
+pub fn clock_ticks_per_s() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
+/// This machine's page size in bytes.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(1) as u64
+}
+
 /// This machine's host name ("localhost" if it cannot be read).
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -183,12 +183,26 @@ pub fn decide(
             summary: format!("{opening}{}.{others}{closing}", list(&group)),
         };
     }
-    Verdict {
-        kind: VerdictKind::Healthy,
-        summary: format!(
+    // Blocked threads that are left are inside libcuda at an entry point not traced, under
+    // its bound: the table lists them as blocked, so the summary must not say "no thread"
+    // (issue 13: a table with a BLOCKED row under "no thread inside a CUDA driver call").
+    let summary = if blocked.is_empty() {
+        format!(
             "no thread inside a CUDA driver call for longer than {}",
             fmt_duration(blocked_after_ms)
-        ),
+        )
+    } else {
+        format!(
+            "no thread blocked in a traced CUDA call for longer than {}; inside libcuda at an \
+             entry point not traced, under the {} bound for module loads and JIT: {}",
+            fmt_duration(blocked_after_ms),
+            fmt_duration(UNKNOWN_CALL_BOUND_MS.max(blocked_after_ms)),
+            list(&blocked)
+        )
+    };
+    Verdict {
+        kind: VerdictKind::Healthy,
+        summary,
     }
 }
 
@@ -412,6 +426,36 @@ mod tests {
         );
         assert_eq!(v.kind, VerdictKind::LaunchQueueFull);
         assert!(v.summary.contains("cuLaunchKernel") && v.summary.contains("cuStreamSynchronize"));
+    }
+
+    /// A thread inside libcuda at an entry point not traced, past the blocked bound but under
+    /// the module-load bound, is listed blocked in the table: the healthy summary names it
+    /// rather than saying "no thread inside a CUDA driver call" (issue 13, item 2).
+    #[test]
+    fn a_healthy_summary_never_contradicts_a_blocked_row() {
+        let v = decide(
+            &[thread(
+                crate::model::UNKNOWN_ENTRY_POINT_NAME,
+                2500.0,
+                1000.0,
+            )],
+            1000.0,
+            true,
+            true,
+        );
+        assert_eq!(v.kind, VerdictKind::Healthy);
+        assert!(!v.summary.starts_with("no thread inside"), "{}", v.summary);
+        assert!(
+            v.summary.contains("tid 2500") && v.summary.contains("entry point not traced"),
+            "{}",
+            v.summary
+        );
+        let idle = decide(&[], 1000.0, true, true);
+        assert!(
+            idle.summary.starts_with("no thread inside"),
+            "{}",
+            idle.summary
+        );
     }
 
     /// A launch blocked while yielding is the full queue; one blocked without a yield (a lazy

@@ -9,7 +9,8 @@
  *                                                one legitimately long kernel per run
  *   simworker threads [run_s]                    many short-lived launching threads
  *   simworker bench   [launches]                 prints "ns_per_launch N" (CPU time)
- *   simworker spin [run_s]                       spins on the host in wait_for_peers_ready, no kernels
+ *   simworker spin [run_s]                       one kernel (and its synchronize), then spins on the
+ *                                                host in wait_for_peers_ready: the boot deadlock
  *   simworker idle-after [run_s]                 healthy for run_s, then three launches back to
  *                                                back and 10 s idle (no synchronize)
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
@@ -187,6 +188,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) launch(decode);
         sleep(10);
     } else if (!strcmp(mode, "spin")) {
+        launch(decode);
+        cuStreamSynchronize(stream);
         wait_for_peers_ready(start + run_s);
     } else if (!strcmp(mode, "exit-soon")) {
         usleep(50000);

@@ -151,6 +151,90 @@ fn ranks_spinning_on_the_host_with_no_kernel_are_a_host_stall_with_their_stacks(
     }
 }
 
+/// The boot deadlock as someone meets it at 3 a.m.: two ranks (CUDA initialised, one kernel
+/// each) have spun on each other for seconds before anyone attaches. `report` with its default
+/// 1 s window finds the stall: the journals date the last GPU work, the threads' CPU over
+/// their lives dates the spin.
+#[test]
+fn a_host_stall_that_began_before_attach_is_found_in_the_first_window() {
+    require_root!();
+    let shim = shim_path();
+    let w: Vec<Worker> = (0..2)
+        .map(|_| Worker::spawn(&["spin", "20"], &[("CUDA_INJECTION64_PATH", &shim)]))
+        .collect();
+    sleep(secs(3.5));
+    let r = report_json(&[
+        "--pid",
+        &w[0].pid_arg(),
+        "--pid",
+        &w[1].pid_arg(),
+        "--stall-after",
+        "2s",
+    ]);
+    assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    let stalls = r["host_stalls"].as_array().unwrap();
+    assert_eq!(stalls.len(), 2, "{stalls:?}");
+    for s in stalls {
+        assert_eq!(s["gpu_evidence"], "journal", "{s}");
+        assert!(s["no_gpu_progress_ms"].as_f64().unwrap() >= 2000.0, "{s}");
+        let t = &s["threads"][0];
+        assert!(t["busy_ms"].as_f64().unwrap() >= 2000.0, "{t}");
+        assert!(
+            t["native_stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .take(3)
+                .any(|f| f.as_str().unwrap_or("").contains("wait_for_peers_ready")),
+            "{t}"
+        );
+    }
+}
+
+/// The same stall in a process without the shim: found in the first window too, and the
+/// verdict says what cannot be known without a journal instead of claiming it.
+#[test]
+fn without_a_journal_a_host_stall_from_before_attach_says_what_is_not_known() {
+    require_root!();
+    let w = Worker::spawn(&["spin", "20"], &[]);
+    sleep(secs(3.5));
+    let r = report_json(&["--pid", &w.pid_arg(), "--stall-after", "2s"]);
+    assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    let s = &r["host_stalls"][0];
+    assert_eq!(s["gpu_evidence"], "attach", "{s}");
+    let summary = r["verdict"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("not known") && summary.contains("wait_for_peers_ready"),
+        "{summary}"
+    );
+}
+
+/// `watch` meets the same stall with its first verdict.
+#[test]
+fn watch_finds_a_host_stall_from_before_attach_in_its_first_window() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(&["spin", "20"], &[("CUDA_INJECTION64_PATH", &shim)]);
+    sleep(secs(3.5));
+    let out = wedgeprobe(&[
+        "watch",
+        "--json",
+        "--pid",
+        &w.pid_arg(),
+        "--stall-after",
+        "2s",
+        "--duration",
+        "2s",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["event"] == "verdict")
+        .unwrap_or_else(|| panic!("no verdict line:\n{stdout}"));
+    assert_eq!(first["verdict"]["kind"], "host_stall", "{first}");
+}
+
 #[test]
 fn a_python_process_blocked_in_a_launch_shows_its_python_frames() {
     require_root!();

@@ -239,3 +239,51 @@ fn ctx_synchronize_alone_gives_blocked_in_sync() {
     );
     assert_eq!(r["verdict"]["kind"], "blocked_in_sync", "{}", r["verdict"]);
 }
+
+/// Issue 13, item 2: synchronizes entered before attach keep their identity and their age.
+/// Without the shim, found by samples only: named, in the call "at least" since attach (never
+/// the age of the first sample), and the verdict names the same threads the table lists.
+/// With the shim: the journal names the call and gives its exact start, before attach.
+#[test]
+fn a_synchronize_entered_before_attach_keeps_its_name_and_age() {
+    require_root!();
+    let shim = super::shim_path();
+    for with_shim in [false, true] {
+        let mut env = vec![
+            ("SIMWORKER_SYNC_API", "ctx"),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ];
+        if with_shim {
+            env.push(("CUDA_INJECTION64_PATH", shim.as_str()));
+        }
+        let w = Worker::spawn(&["wedge", "0.3", "300"], &env);
+        sleep(secs(1.5));
+        let r = report_json(&["--pid", &w.pid_arg()]);
+        let syncer = thread(&r, "syncer").expect("syncer found");
+        assert_eq!(syncer["api"], "cuCtxSynchronize", "{syncer}");
+        assert_eq!(syncer["blocked"], true, "{syncer}");
+        let in_call = syncer["in_call_ms"].as_f64().unwrap();
+        let seen_by = syncer["seen_by"].as_str().unwrap();
+        if with_shim {
+            assert!(seen_by.contains("journal"), "{syncer}");
+            // Entered ~1.2 s before attach, and the journal knows when.
+            assert!(in_call >= 1500.0, "{syncer}");
+        } else {
+            assert_eq!(syncer["in_call_at_least"], true, "{syncer}");
+            // At least the whole window watched (1 s), however late the first sample.
+            assert!(in_call >= 900.0, "{syncer}");
+        }
+        let summary = r["verdict"]["summary"].as_str().unwrap();
+        // With the shim the kernel they wait behind is known (and still within its bound).
+        let kind = r["verdict"]["kind"].as_str().unwrap();
+        assert!(
+            kind == if with_shim { "busy" } else { "blocked_in_sync" },
+            "{}",
+            r["verdict"]
+        );
+        assert!(
+            summary.contains(&format!("tid {}", syncer["tid"])),
+            "the verdict names the thread the table lists: {summary}"
+        );
+    }
+}

@@ -419,13 +419,7 @@ pub fn encode(s: &Snapshot) -> String {
 
 /// wedgeprobe's own CPU seconds and resident bytes, from /proc/self.
 pub fn own_usage() -> (f64, u64) {
-    // SAFETY: sysconf has no preconditions.
-    let (ticks, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_CLK_TCK),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
+    let (ticks, page) = (crate::sys::clock_ticks_per_s(), crate::sys::page_size());
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -433,8 +427,7 @@ pub fn own_usage() -> (f64, u64) {
     // After the comm: state is field 0, utime 11, stime 12.
     let cpu = match (fields.get(11), fields.get(12)) {
         (Some(u), Some(s)) => {
-            (u.parse::<f64>().unwrap_or(0.0) + s.parse::<f64>().unwrap_or(0.0))
-                / ticks.max(1) as f64
+            (u.parse::<f64>().unwrap_or(0.0) + s.parse::<f64>().unwrap_or(0.0)) / ticks
         }
         _ => 0.0,
     };
@@ -446,7 +439,7 @@ pub fn own_usage() -> (f64, u64) {
                 .and_then(|v| v.parse::<u64>().ok())
         })
         .unwrap_or(0)
-        * page.max(1) as u64;
+        * page;
     (cpu, rss)
 }
 
