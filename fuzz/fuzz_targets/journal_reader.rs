@@ -95,11 +95,11 @@ fn read_all(image: &OwnedJournal) {
         let _ = view.ring_since(u64::MAX);
         let _ = view.graphs();
         let _ = (view.marks(), view.record_mode());
-        let mut cursor = probe_user::kernels::JournalCursor::default();
+        let mut cursor = probe_user::journal::heads::JournalCursor::default();
         cursor.advance(&view);
         let _ = cursor.heads(7, &view, 1_000);
         // The daemon's path: bounded reads, heads kept between in-flight scans.
-        let mut daemon = probe_user::kernels::JournalCursor::default();
+        let mut daemon = probe_user::journal::heads::JournalCursor::default();
         let _ = daemon.advance_at_most(&view, 4);
         let _ = daemon.heads_every(7, &view, 1_000, 1_000);
         let _ = daemon.advance_at_most(&view, 4);

@@ -7,10 +7,10 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     for line in text.lines() {
-        if let Some(m) = probe_user::target::parse_maps_line(line) {
+        if let Some(m) = probe_user::process::target::parse_maps_line(line) {
             assert!(m.end > m.start);
-            let _ = probe_user::target::is_libcuda(&m.path);
+            let _ = probe_user::process::target::is_libcuda(&m.path);
         }
     }
-    let _ = probe_user::collector::parse_syscall_regs(&text);
+    let _ = probe_user::collect::collector::parse_syscall_regs(&text);
 });

@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use probe_user::stackscan::{self, CodeView};
+use probe_user::process::stackscan::{self, CodeView};
 
 const CODE_BASE: u64 = 0x7f00_0000_0000;
 const CODE_LEN: usize = 4096;

@@ -7,7 +7,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use probe_user::trace::{
+use probe_user::output::trace::{
     Names, TraceEvent,
     chrome::{ChromeTrace, Sorter},
     event::{Kernel, Launch},

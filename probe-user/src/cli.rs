@@ -25,14 +25,14 @@ pub enum Command {
     /// the command's exit code.
     Run(RunArgs),
     /// Record a Chrome trace (Perfetto UI, chrome://tracing, speedscope) of the processes.
-    Trace(crate::trace::command::TraceArgs),
+    Trace(crate::commands::trace::TraceArgs),
     /// Print the path to put in CUDA_INJECTION64_PATH (the shim next to this binary).
     ShimPath,
     /// Join reports (and traces) of several nodes: one clock, the job-wide culprit rank.
-    Merge(crate::merge::MergeArgs),
+    Merge(crate::commands::merge::MergeArgs),
     /// Always on: find every CUDA process on the node, watch them, serve Prometheus metrics,
     /// write incident dumps.
-    Daemon(crate::daemon::DaemonArgs),
+    Daemon(crate::commands::daemon::DaemonArgs),
     /// Make a process's shim give CUPTI back, so torch.profiler / Nsight can subscribe.
     Release {
         #[arg(long, value_name = "PID")]
@@ -93,13 +93,13 @@ pub struct Targets {
 impl Targets {
     /// Applies the job-level options (process-wide settings read by the verdict code).
     pub fn apply_job_options(&self) {
-        crate::job::set_one_job(self.job);
-        crate::host_stall::set_stall_after_ns(self.stall_after.as_nanos() as u64);
-        crate::kernel_verdict::set_extra_collectives(self.collectives.clone());
+        crate::verdict::job::set_one_job(self.job);
+        crate::verdict::host_stall::set_stall_after_ns(self.stall_after.as_nanos() as u64);
+        crate::verdict::kernel::set_extra_collectives(self.collectives.clone());
     }
 
-    pub fn kernel_bounds(&self) -> crate::kernel_verdict::Bounds {
-        crate::kernel_verdict::Bounds {
+    pub fn kernel_bounds(&self) -> crate::verdict::kernel::Bounds {
+        crate::verdict::kernel::Bounds {
             floor_ms: self.kernel_floor.as_secs_f64() * 1e3,
             multiple: self.kernel_multiple.max(1.0),
             hard_ms: self.kernel_hard_bound.as_secs_f64() * 1e3,
@@ -162,8 +162,8 @@ pub struct FlightArgs {
 }
 
 impl FlightArgs {
-    pub fn config(&self) -> Option<crate::trace::flight::FlightConfig> {
-        (!self.no_flight).then(|| crate::trace::flight::FlightConfig {
+    pub fn config(&self) -> Option<crate::output::trace::flight::FlightConfig> {
+        (!self.no_flight).then(|| crate::output::trace::flight::FlightConfig {
             dir: self.flight_dir.clone(),
             seconds: self.flight_seconds.as_secs_f64(),
             max_events: self.flight_max_events.max(1),

@@ -1,30 +1,29 @@
 //! wedgeprobe's user side as a library: the `wedgeprobe` binary (main.rs) wires it to the
 //! command line, and the fuzz targets (fuzz/) drive the parts that read untrusted input —
-//! the stack scanner and the /proc parsers — directly.
+//! the stack scanner, the journal reader and the /proc parsers — directly.
+//!
+//! The folders follow the data path (docs/architecture.md has the picture):
+//!
+//! - `process/` — a target process as /proc and its memory show it: its libcuda, code
+//!   ranges, stacks (native and Python);
+//! - `journal/` — the shim's journal: the reader, the cursor and stream heads, the control
+//!   word (release, per-kernel leases);
+//! - `model/` — what is known now: threads in calls, kernels in flight, history, events;
+//! - `collect/` — eBPF probes and journals feeding the model, each tick;
+//! - `verdict/` — from the model to one verdict (host calls, kernels, host stalls, jobs);
+//! - `output/` — the report, Chrome traces and the flight recorder, Prometheus metrics;
+//! - `engine` — the tick every long-running command shares;
+//! - `commands/` — one file per subcommand, thin; `cli` the flags, `settings` the values
+//!   they set and every default.
 
 pub mod cli;
-pub mod code;
-pub mod collector;
-pub mod daemon;
+pub mod collect;
+pub mod commands;
 pub mod error;
-pub mod host_stall;
-pub mod job;
 pub mod journal;
-pub mod kernel_verdict;
-pub mod kernels;
-pub mod libcuda;
-pub mod merge;
 pub mod model;
-pub mod probe;
-pub mod pystack;
-pub mod release;
-pub mod report;
-pub mod run;
-pub mod session;
+pub mod output;
+pub mod process;
 pub mod signals;
-pub mod stackscan;
 pub mod sys;
-pub mod target;
-pub mod trace;
 pub mod verdict;
-pub mod watch;

@@ -322,8 +322,8 @@ fn a_trace_loads_in_speedscope_in_headless_chromium() {
 
 #[test]
 fn the_golden_trace_passes_the_structural_checks() {
-    let golden =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../probe-user/src/trace/golden/small.json");
+    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../probe-user/src/output/trace/golden/small.json");
     let c = chrome_check::check_file(&golden).unwrap_or_else(|e| panic!("golden trace: {e}"));
     assert_eq!((c.flows_paired, c.flows_unpaired, c.open.len()), (2, 0, 2));
 }

@@ -1,0 +1,779 @@
+//! Moves what the kernel saw into the model: drains the eBPF rings, reads the in-call and
+//! yield tables, reads the stacks of sleeping threads from /proc, and notices threads and
+//! processes that went away. One `poll` per tick (50 ms in `watch`).
+//!
+//! Records from the rings are decoded by size and kind and counted when they do not decode;
+//! bytes that came from the target (kernel names, stacks) are treated as hostile.
+
+use std::{collections::HashMap, fs, mem::size_of, sync::Arc};
+
+use anyhow::Context as _;
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use probe_common::{
+    CallDone, EVENT_CALL_DONE, EVENT_KERNEL_NAME, EventHeader, InCall, KernelName,
+    SAMPLE_STACK_LEN, SampleHeader, counters,
+    journal::{RECORD_LAUNCH, RECORD_SYNCED, RingRecord},
+    maps,
+};
+
+use crate::{
+    collect::probe::{Attached, Probe},
+    journal::MappedJournal,
+    journal::heads::{JournalCursor, is_completion},
+    model::{JournalInfo, Model},
+    output::trace::{self, TraceEvent},
+    process::code::TargetCode,
+    process::target::Target,
+    sys,
+};
+
+/// Sleeping threads are re-read from /proc this often (per process): each read is two small
+/// /proc files and up to 16 process_vm_readv calls per sleeping thread.
+const OFFCPU_SCAN_EVERY_NS: u64 = 250_000_000;
+/// Thread lists are refreshed this often to forget threads that exited.
+const PRUNE_EVERY_NS: u64 = 1_000_000_000;
+
+pub struct Collector {
+    pub probe: Probe,
+    pub model: Model,
+    events: RingBuf<MapData>,
+    samples: RingBuf<MapData>,
+    in_call: BpfHashMap<MapData, u32, InCall>,
+    yields: BpfHashMap<MapData, u32, u64>,
+    counters: PerCpuArray<MapData, u64>,
+    last_offcpu_scan_ns: u64,
+    last_prune_ns: u64,
+    /// Open shim journals by pid.
+    journals: HashMap<u32, (MappedJournal, JournalCursor)>,
+    /// When set, every call, launch and kernel drained is also appended here as a trace
+    /// event (for `trace` and the flight recorder); the consumer empties it each tick.
+    pub tap: Option<Vec<TraceEvent>>,
+    /// Per sleeping thread, the (sp, pc) its stack was last scanned at, and whether that scan
+    /// found it inside libcuda: a thread still asleep at the same place has the same stack,
+    /// so it is not read and scanned again (a serving process has dozens of threads parked in
+    /// futex waits).
+    scanned_at: HashMap<(u32, u32), ProcScan>,
+    /// Newest journal records read per process per poll (`u64::MAX`: all; the daemon bounds
+    /// it).
+    pub max_records_per_poll: u64,
+    /// The in-flight tables are scanned at most this often (0: every poll; the daemon sets
+    /// it, see `JournalCursor::heads_every`).
+    pub heads_every_ns: u64,
+    /// Kernel names read from journals, by (pid, name id): a name slot never changes once
+    /// written, and a trace names every kernel event.
+    names: HashMap<(u32, u32), Arc<str>>,
+    /// Time spent in each part of `poll` (see `take_phases`).
+    phases: [std::time::Duration; PHASES.len()],
+    /// Processes attached with their launches left to the journal (no launch probes).
+    launches_by_journal: std::collections::HashSet<u32>,
+    /// Processes whose shim stopped recording since the last `take_launch_probe_changes`, with
+    /// how launches are traced now (or why probes could not be added).
+    launch_probe_changes: Vec<(u32, Result<&'static str, String>)>,
+}
+
+/// The parts of `poll` timed for `WEDGEPROBE_DEBUG_TICK` (indexes into `phases`).
+const PHASES: [&str; 11] = [
+    "events",
+    "samples",
+    "in_call",
+    "journal ring",
+    "journal history+trace",
+    "journal heads",
+    "journal calls",
+    "scan",
+    "yields",
+    "prune",
+    "counters",
+];
+
+/// Successive intervals of one poll.
+struct Lap(std::time::Instant);
+
+impl Lap {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    fn mark(&mut self, into: &mut std::time::Duration) {
+        let now = std::time::Instant::now();
+        *into += now - self.0;
+        self.0 = now;
+    }
+}
+
+/// The last /proc scan of a sleeping thread.
+#[derive(Clone, Copy)]
+struct ProcScan {
+    sp: u64,
+    pc: u64,
+    inside: bool,
+    /// Scans in a row that found it outside libcuda.
+    outside_in_a_row: u8,
+}
+
+/// A target that went away since the last poll.
+pub struct Exited {
+    pub pid: u32,
+    pub comm: String,
+}
+
+impl Collector {
+    /// (pid, journal path) of every journal being read now.
+    pub fn journal_paths(&self) -> Vec<(u32, String)> {
+        self.journals
+            .iter()
+            .map(|(pid, (j, _))| (*pid, j.path.clone()))
+            .collect()
+    }
+
+    pub fn new(mut probe: Probe) -> anyhow::Result<Self> {
+        let ebpf = probe.ebpf_mut();
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .with_context(|| format!("no map {name}"))
+        };
+        Ok(Self {
+            events: RingBuf::try_from(take(maps::EVENTS)?)?,
+            samples: RingBuf::try_from(take(maps::SAMPLES)?)?,
+            in_call: BpfHashMap::try_from(take(maps::IN_CALL)?)?,
+            yields: BpfHashMap::try_from(take(maps::THREAD_YIELDS)?)?,
+            counters: PerCpuArray::try_from(take(maps::COUNTERS)?)?,
+            probe,
+            model: Model::new(),
+            last_offcpu_scan_ns: 0,
+            last_prune_ns: 0,
+            journals: HashMap::new(),
+            tap: None,
+            max_records_per_poll: u64::MAX,
+            heads_every_ns: 0,
+            scanned_at: HashMap::new(),
+            names: HashMap::new(),
+            phases: Default::default(),
+            launches_by_journal: Default::default(),
+            launch_probe_changes: Vec::new(),
+        })
+    }
+
+    pub fn attach(&mut self, target: Target, launch_returns: bool) -> anyhow::Result<Attached> {
+        let pid = target.pid;
+        // The journal first: only a journal that validates lets the launch probes stay off.
+        if let Some(mapping) = target.journal.clone() {
+            self.open_journal(pid, &mapping.path);
+        }
+        // A shim that no longer records (released, off) leaves launches to the probes.
+        let journal_ok = self.journals.get(&pid).is_some_and(|(j, _)| {
+            let v = j.view();
+            !v.shim_off() && !v.shim_released()
+        });
+        let attached = match self.probe.attach(&target, launch_returns, journal_ok) {
+            Ok(a) => a,
+            Err(e) => {
+                self.journals.remove(&pid);
+                self.model.journals.remove(&pid);
+                return Err(e);
+            }
+        };
+        if journal_ok && !launch_returns {
+            self.launches_by_journal.insert(pid);
+        }
+        let code = TargetCode::new(&target, &attached.lib);
+        self.model.add_process(target, code, sys::monotonic_ns());
+        if let Some((j, _)) = self.journals.get(&pid) {
+            self.model
+                .journal_opened(pid, j.view().header().created_mono_ns);
+        }
+        Ok(attached)
+    }
+
+    /// Opens a target's shim journal; a rejected one is reported, and eBPF carries on alone.
+    /// A journal caught between its creation and its header (the shim sizes the file, then
+    /// writes the header) is retried for up to 500 ms.
+    fn open_journal(&mut self, pid: u32, path: &str) {
+        let mut opened = MappedJournal::open(pid, path);
+        for _ in 0..10 {
+            let incomplete = opened.as_ref().err().is_some_and(|e| {
+                matches!(
+                    e.downcast_ref::<crate::journal::JournalError>(),
+                    Some(
+                        crate::journal::JournalError::BadMagic
+                            | crate::journal::JournalError::TooShort { .. }
+                    )
+                )
+            });
+            if !incomplete {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            opened = MappedJournal::open(pid, path);
+        }
+        match opened {
+            Ok(j) => {
+                self.journals.insert(pid, (j, JournalCursor::default()));
+            }
+            Err(e) => {
+                let info = JournalInfo {
+                    path: path.to_string(),
+                    status: format!("rejected: {e:#}"),
+                    ..JournalInfo::default()
+                };
+                self.model.journals.insert(pid, info);
+            }
+        }
+    }
+
+    fn read_journals(&mut self, now_ns: u64) {
+        let mut stopped_pids = Vec::new();
+        for (&pid, (journal, cursor)) in self.journals.iter_mut() {
+            let view = journal.view();
+            // The newest sign of GPU work among the records read, at its own time: the first
+            // read after attach holds records from before it, which must not count as now.
+            let mut moved_at = 0u64;
+            // Consecutive records mostly name the same kernel: look the name up once per run
+            // of them, and feed the history one run at a time.
+            let mut last: Option<(u32, Arc<str>)> = None;
+            let mut run: Vec<u64> = Vec::new();
+            let mut lap = Lap::start();
+            let records = cursor.advance_at_most(view, self.max_records_per_poll);
+            lap.mark(&mut self.phases[3]);
+            for r in records {
+                if r.kind == RECORD_SYNCED {
+                    moved_at = moved_at.max(r.start_ns.min(now_ns));
+                }
+                if !(is_completion(&r) || r.kind == RECORD_LAUNCH) {
+                    continue;
+                }
+                moved_at = moved_at.max(r.start_ns.max(r.end_ns).min(now_ns));
+                let name = match &last {
+                    Some((id, n)) if *id == r.name_id => n.clone(),
+                    _ => {
+                        if let Some((_, n)) = &last {
+                            self.model.history.record_all(pid, n, &run);
+                            run.clear();
+                        }
+                        let n = self
+                            .names
+                            .entry((pid, r.name_id))
+                            .or_insert_with(|| {
+                                Arc::from(view.name(r.name_id).unwrap_or_else(|| "?".into()))
+                            })
+                            .clone();
+                        last = Some((r.name_id, n.clone()));
+                        n
+                    }
+                };
+                if is_completion(&r) {
+                    run.push(r.end_ns.saturating_sub(r.start_ns));
+                }
+                if let Some(tap) = &mut self.tap {
+                    tap.push(trace_event(pid, &r, name));
+                }
+            }
+            if let Some((_, n)) = &last {
+                self.model.history.record_all(pid, n, &run);
+            }
+            self.model
+                .progress(pid, moved_at.max(cursor.last_mark_at_ns().min(now_ns)));
+            lap.mark(&mut self.phases[4]);
+            // A shim that is off or gave CUPTI back no longer updates its slots: launches in
+            // flight then never complete in the table, and judged as kernels they would age
+            // into a false kernel_wedge. The process is watched eBPF-only from then on.
+            let stopped = view.shim_off() || view.shim_released();
+            if stopped {
+                stopped_pids.push(pid);
+            }
+            let heads = if stopped {
+                Vec::new()
+            } else {
+                cursor.heads_every(pid, view, now_ns, self.heads_every_ns)
+            };
+            self.model.kernels.insert(pid, heads);
+            lap.mark(&mut self.phases[5]);
+            let calls = if stopped {
+                Vec::new()
+            } else {
+                view.threads_in_calls()
+            };
+            self.model.set_journal_calls(pid, &calls, now_ns);
+            let heartbeat = view.heartbeat_ns();
+            self.model.journals.insert(
+                pid,
+                JournalInfo {
+                    path: journal.path.clone(),
+                    status: if view.shim_off() {
+                        "shim_off"
+                    } else if view.shim_released() {
+                        "released"
+                    } else {
+                        "recording"
+                    }
+                    .into(),
+                    heartbeat_age_ms: (heartbeat > 0)
+                        .then(|| now_ns.saturating_sub(heartbeat) as f64 / 1e6),
+                    record: if view.record_mode().marks {
+                        "marks"
+                    } else {
+                        "per-kernel"
+                    },
+                    completions_seen: cursor.completed,
+                    marks_passed: cursor.marks_passed,
+                    ring_lost: cursor.lost,
+                    ring_skipped: cursor.skipped,
+                    drops: view.drops().into_iter().collect(),
+                },
+            );
+            lap.mark(&mut self.phases[6]);
+        }
+        for pid in stopped_pids {
+            if !self.launches_by_journal.remove(&pid) {
+                continue;
+            }
+            let Some(p) = self.model.procs.get(&pid) else {
+                continue;
+            };
+            let outcome = self
+                .probe
+                .attach_launch_probes(&p.target)
+                .map_err(|e| format!("{e:#}"));
+            self.launch_probe_changes.push((pid, outcome));
+        }
+    }
+
+    /// Whether `pid`'s stream heads come from an in-flight table scan made in the poll at
+    /// `now_ns` (always, without a journal or without `heads_every_ns`): between scans the
+    /// heads only age and retire, so per-stream in-flight counts are known at scans only.
+    pub fn heads_fresh(&self, pid: u32, now_ns: u64) -> bool {
+        self.journals
+            .get(&pid)
+            .is_none_or(|(_, c)| self.heads_every_ns == 0 || c.scanned_at_ns() == Some(now_ns))
+    }
+
+    /// Processes whose shim stopped recording since the last call, with how their launches
+    /// are traced now: callers say so once.
+    pub fn take_launch_probe_changes(&mut self) -> Vec<(u32, Result<&'static str, String>)> {
+        std::mem::take(&mut self.launch_probe_changes)
+    }
+
+    /// One tick: everything the kernel has for us, then the periodic /proc work.
+    pub fn poll(&mut self, now_ns: u64) -> Vec<Exited> {
+        let mut lap = Lap::start();
+        self.drain_events();
+        lap.mark(&mut self.phases[0]);
+        self.drain_samples(now_ns);
+        lap.mark(&mut self.phases[1]);
+        self.read_in_call();
+        lap.mark(&mut self.phases[2]);
+        self.read_journals(now_ns);
+        let mut lap = Lap::start();
+        if now_ns.saturating_sub(self.last_offcpu_scan_ns) >= OFFCPU_SCAN_EVERY_NS {
+            self.last_offcpu_scan_ns = now_ns;
+            self.scan_sleeping_threads(now_ns);
+        }
+        lap.mark(&mut self.phases[7]);
+        // After the calls are known: yields are read only for threads in calls.
+        self.read_yields();
+        lap.mark(&mut self.phases[8]);
+        let mut exited = Vec::new();
+        if now_ns.saturating_sub(self.last_prune_ns) >= PRUNE_EVERY_NS {
+            self.last_prune_ns = now_ns;
+            exited = self.prune(now_ns);
+        }
+        lap.mark(&mut self.phases[9]);
+        self.read_counters();
+        lap.mark(&mut self.phases[10]);
+        exited
+    }
+
+    /// Time spent in each part of `poll` since the last call, by name (for
+    /// `WEDGEPROBE_DEBUG_TICK`), and resets it.
+    pub fn take_phases(&mut self) -> Vec<(&'static str, std::time::Duration)> {
+        let out = PHASES.into_iter().zip(self.phases).collect();
+        self.phases = Default::default();
+        out
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(item) = self.events.next() {
+            let bytes: &[u8] = &item;
+            let Some(header) = read_record::<EventHeader>(bytes) else {
+                self.model.bad_records += 1;
+                continue;
+            };
+            match header.kind {
+                EVENT_CALL_DONE => match read_record::<CallDone>(bytes) {
+                    Some(ev) => {
+                        self.model.on_call_done(&ev);
+                        if let Some(tap) = &mut self.tap {
+                            tap.push(TraceEvent::Call(trace::event::Call {
+                                pid: ev.header.tgid,
+                                tid: ev.header.tid,
+                                api: crate::model::api_name(ev.call.api),
+                                start_ns: ev.call.start_ns,
+                                end_ns: Some(ev.end_ns),
+                                stream: (ev.call.stream != 0).then_some(ev.call.stream),
+                                failed: ev.result != 0,
+                            }));
+                        }
+                    }
+                    None => self.model.bad_records += 1,
+                },
+                EVENT_KERNEL_NAME => match read_record::<KernelName>(bytes) {
+                    Some(ev) => {
+                        self.model
+                            .on_kernel_name(ev.header.tgid, ev.handle, ev.alias_of, &ev.name)
+                    }
+                    None => self.model.bad_records += 1,
+                },
+                _ => self.model.bad_records += 1,
+            }
+        }
+    }
+
+    fn drain_samples(&mut self, now_ns: u64) {
+        while let Some(item) = self.samples.next() {
+            let bytes: &[u8] = &item;
+            // StackSample is 8 KiB: read the header, borrow the stack in place.
+            let Some(s) = read_record::<SampleHeader>(bytes) else {
+                self.model.bad_records += 1;
+                continue;
+            };
+            let len = (s.len as usize).min(SAMPLE_STACK_LEN);
+            let Some(stack) = bytes.get(size_of::<SampleHeader>()..size_of::<SampleHeader>() + len)
+            else {
+                self.model.bad_records += 1;
+                continue;
+            };
+            self.model.on_stack(s.tgid, s.tid, s.ip, stack, now_ns);
+        }
+    }
+
+    fn read_in_call(&mut self) {
+        let entries: Vec<(u32, InCall)> = self.in_call.iter().filter_map(Result::ok).collect();
+        self.model.set_in_call(&entries);
+    }
+
+    fn read_yields(&mut self) {
+        for (pid, tid) in self.model.threads_needing_yields() {
+            if let Ok(n) = self.yields.get(&tid, 0) {
+                self.model.set_yields(pid, tid, n);
+            }
+        }
+    }
+
+    fn read_counters(&mut self) {
+        for i in 0..counters::LEN {
+            if let Ok(values) = self.counters.get(&i, 0) {
+                self.model.lost[i as usize] = values.iter().sum();
+            }
+        }
+    }
+
+    /// Threads asleep in the kernel are never on-CPU samples: read their user registers from
+    /// /proc/PID/task/TID/syscall (stable while they sleep) and scan their stacks.
+    fn scan_sleeping_threads(&mut self, now_ns: u64) {
+        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
+        for pid in pids {
+            let Some(p) = self.model.procs.get(&pid) else {
+                continue;
+            };
+            if p.exited {
+                continue;
+            }
+            // Only threads whose scan can matter: one in a launch traced without return probe
+            // (whether it is still inside is inferred from scans), or one that existed at
+            // attach and may still be in a call that began before it — until two /proc scans
+            // in a row find it asleep outside libcuda: any later call is seen by the probes or
+            // the journal. (Two, and not on-CPU samples: a scan is a heuristic, and one
+            // wrong "outside" would hide a pre-attach call for good.) The model discards the
+            // other scans, and reading them was most of the daemon's CPU: two /proc reads per
+            // thread every 250 ms, ~60 threads per PyTorch process (perf, 8 simulated
+            // processes with 60 idle threads: 58% of its samples).
+            let scanned = &self.scanned_at;
+            let mut idle: Vec<u32> = p
+                .threads_at_attach
+                .iter()
+                .copied()
+                .filter(|tid| {
+                    p.threads.get(tid).is_none_or(|t| {
+                        let settled = t.scanned_call.is_none()
+                            && scanned
+                                .get(&(pid, *tid))
+                                .is_some_and(|s| s.outside_in_a_row >= 2);
+                        !t.traced && !settled && !t.call_is_exact()
+                    })
+                })
+                .collect();
+            idle.extend(p.threads.iter().filter_map(|(&tid, t)| {
+                t.uprobe_call
+                    .as_ref()
+                    .is_some_and(|c| c.open_ended())
+                    .then_some(tid)
+            }));
+            idle.sort_unstable();
+            idle.dedup();
+            for tid in idle {
+                if !is_sleeping(pid, tid) {
+                    continue;
+                }
+                let Some((sp, pc)) = syscall_regs(pid, tid) else {
+                    continue;
+                };
+                let last = self.scanned_at.get(&(pid, tid)).copied();
+                let inside = match last {
+                    Some(l) if (l.sp, l.pc) == (sp, pc) => {
+                        // Same place as last time: the same answer, as of now.
+                        self.model.confirm_scan(pid, tid, now_ns);
+                        l.inside
+                    }
+                    _ => {
+                        let stack = read_stack(pid, sp);
+                        self.model.on_stack(pid, tid, pc, &stack, now_ns)
+                    }
+                };
+                let outside_in_a_row = match (inside, last) {
+                    (true, _) => 0,
+                    (false, Some(l)) => l.outside_in_a_row.saturating_add(1),
+                    (false, None) => 1,
+                };
+                self.scanned_at.insert(
+                    (pid, tid),
+                    ProcScan {
+                        sp,
+                        pc,
+                        inside,
+                        outside_in_a_row,
+                    },
+                );
+            }
+        }
+    }
+
+    fn prune(&mut self, now_ns: u64) -> Vec<Exited> {
+        let mut exited = Vec::new();
+        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
+        for pid in pids {
+            let Some(p) = self.model.procs.get_mut(&pid) else {
+                continue;
+            };
+            if p.exited {
+                continue;
+            }
+            if !p.target.alive() {
+                p.exited = true;
+                p.threads.clear();
+                exited.push(Exited {
+                    pid,
+                    comm: p.target.comm.clone(),
+                });
+                self.probe.detach(pid);
+                self.journals.remove(&pid);
+                self.model.kernels.remove(&pid);
+                continue;
+            }
+            // A process that initialises CUDA after attach creates its journal then.
+            if !self.journals.contains_key(&pid)
+                && !self.model.journals.contains_key(&pid)
+                && let Some(m) = crate::process::target::find_journal(pid)
+            {
+                self.open_journal(pid, &m.path);
+                if let Some((j, _)) = self.journals.get(&pid) {
+                    self.model
+                        .journal_opened(pid, j.view().header().created_mono_ns);
+                }
+            }
+            let Some(p) = self.model.procs.get_mut(&pid) else {
+                continue;
+            };
+            // Threads rename themselves (pthread_setname_np after start): re-read the names
+            // of the threads a report can show (in a call, or busy).
+            for (&tid, t) in p.threads.iter_mut() {
+                if t.current(now_ns).is_some() || t.busy_since_ns != 0 {
+                    t.name = p.target.thread_name(tid);
+                }
+            }
+            let alive = p.target.threads();
+            p.threads_at_attach
+                .retain(|t| alive.binary_search(t).is_ok());
+            // Per-thread CPU serves the host-stall verdict only, whose precondition is GPU
+            // work that stopped moving with no kernel in flight: read it then, not for every
+            // thread of every busy process each second (one /proc read per thread). Quiet
+            // since attach counts from the first reading: a stall that began before attach
+            // is found in the first window, not a second later.
+            let quiet_since_attach = p.last_progress_ns <= p.attached_ns;
+            let quiet = (quiet_since_attach
+                || now_ns.saturating_sub(p.last_progress_ns) >= PRUNE_EVERY_NS)
+                && self.model.kernels.get(&pid).is_none_or(|k| k.is_empty());
+            if quiet {
+                let (boot_now, hz) = (sys::boottime_ns(), sys::clock_ticks_per_s());
+                for &tid in &alive {
+                    if let Some(cpu) = thread_cpu(pid, tid) {
+                        // A thread's life says whether it spun before attach, as long as no
+                        // GPU work moved since (then the spin began after it, in view).
+                        let alive_ns = quiet_since_attach.then(|| {
+                            boot_now.saturating_sub((cpu.start_ticks as f64 / hz * 1e9) as u64)
+                        });
+                        self.model
+                            .set_cpu(pid, tid, cpu.ticks, alive_ns, sys::monotonic_ns());
+                    }
+                }
+            } else {
+                self.model.clear_cpu(pid);
+            }
+            self.scanned_at
+                .retain(|(p, t), _| *p != pid || alive.contains(t));
+            for tid in self.model.prune_threads(pid, &alive) {
+                // A thread that died inside a call never ran its uretprobe.
+                let _ = self.in_call.remove(&tid);
+            }
+        }
+        exited
+    }
+
+    /// Stops tracing `pid` if still attached and drops everything known about it.
+    pub fn forget(&mut self, pid: u32) {
+        self.probe.detach(pid);
+        self.launches_by_journal.remove(&pid);
+        self.journals.remove(&pid);
+        self.names.retain(|(p, _), _| *p != pid);
+        self.model.forget(pid);
+    }
+
+    pub fn detach_all(&mut self) {
+        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
+        for pid in pids {
+            self.probe.detach(pid);
+        }
+    }
+}
+
+/// A journal launch or completion as a trace event.
+fn trace_event(pid: u32, r: &RingRecord, kernel: Arc<str>) -> TraceEvent {
+    if r.kind == RECORD_LAUNCH {
+        return TraceEvent::Launch(trace::event::Launch {
+            pid,
+            tid: r.tid,
+            api: crate::model::api_name(r.api),
+            ts_ns: r.start_ns,
+            correlation: r.correlation,
+            stream: r.stream,
+            kernel,
+            grid: r.grid,
+            block: r.block,
+        });
+    }
+    TraceEvent::Kernel(trace::event::Kernel {
+        pid,
+        device: r.device,
+        stream: r.stream,
+        stream_id: r.stream_id,
+        correlation: r.correlation,
+        kernel,
+        start_ns: r.start_ns,
+        end_ns: Some(r.end_ns),
+        grid: r.grid,
+        block: r.block,
+        cluster: [
+            r.cluster[0] as u32,
+            r.cluster[1] as u32,
+            r.cluster[2] as u32,
+        ],
+        graph_node: r.graph_node,
+        queued_behind: None,
+    })
+}
+
+/// Copies a `T` out of a ring record if the record is long enough.
+fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < size_of::<T>() {
+        return None;
+    }
+    // SAFETY: length checked above; T is a plain #[repr(C)] record valid for any bit pattern,
+    // and read_unaligned makes no alignment assumption about the ring's memory.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+struct ThreadCpu {
+    /// utime + stime, in clock ticks.
+    ticks: u64,
+    /// When the thread started, in clock ticks since boot.
+    start_ticks: u64,
+}
+
+/// A thread's CPU time and start (/proc/PID/task/TID/stat fields 14, 15 and 22).
+fn thread_cpu(pid: u32, tid: u32) -> Option<ThreadCpu> {
+    let s = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    parse_thread_cpu(&s)
+}
+
+fn parse_thread_cpu(stat: &str) -> Option<ThreadCpu> {
+    let rest = stat.rsplit_once(')')?.1;
+    // After the comm: state is field 3 at index 0.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    Some(ThreadCpu {
+        ticks: field(14)? + field(15)?,
+        start_ticks: field(22)?,
+    })
+}
+
+fn is_sleeping(pid: u32, tid: u32) -> bool {
+    matches!(
+        crate::process::target::proc_state(&format!("/proc/{pid}/task/{tid}/stat")),
+        Some('S' | 'D')
+    )
+}
+
+/// (sp, pc) of a thread blocked in a syscall, from `nr a0 … a5 sp pc`.
+fn syscall_regs(pid: u32, tid: u32) -> Option<(u64, u64)> {
+    let s = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    parse_syscall_regs(&s)
+}
+
+pub fn parse_syscall_regs(s: &str) -> Option<(u64, u64)> {
+    let fields: Vec<&str> = s.split_whitespace().collect();
+    if fields.len() < 3 || fields[0] == "running" {
+        return None;
+    }
+    let hex = |f: &str| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok();
+    let n = fields.len();
+    Some((hex(fields[n - 2])?, hex(fields[n - 1])?))
+}
+
+/// Up to SAMPLE_STACK_LEN bytes of user stack from `sp`, stopping at the end of the mapping.
+fn read_stack(pid: u32, sp: u64) -> Vec<u8> {
+    const CHUNK: usize = 512;
+    let mut stack = vec![0u8; SAMPLE_STACK_LEN];
+    let mut len = 0;
+    while len < SAMPLE_STACK_LEN {
+        match sys::read_process_memory(pid, sp + len as u64, &mut stack[len..len + CHUNK]) {
+            Ok(CHUNK) => len += CHUNK,
+            _ => break,
+        }
+    }
+    stack.truncate(len);
+    stack
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_file_parses() {
+        assert_eq!(
+            parse_syscall_regs("202 0x7f00 0x80 0x1 0x0 0x0 0x0 0x7ffd1000 0x7f001234\n"),
+            Some((0x7ffd1000, 0x7f001234))
+        );
+        assert_eq!(parse_syscall_regs("running\n"), None);
+        assert_eq!(
+            parse_syscall_regs("-1 0x7ffd1000 0x7f001234"),
+            Some((0x7ffd1000, 0x7f001234))
+        );
+        assert_eq!(parse_syscall_regs("garbage"), None);
+    }
+
+    #[test]
+    fn short_records_do_not_decode() {
+        assert!(read_record::<CallDone>(&[0u8; 10]).is_none());
+        assert!(read_record::<EventHeader>(&[0u8; 16]).is_some());
+    }
+}

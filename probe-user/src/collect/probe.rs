@@ -1,0 +1,359 @@
+//! Loading the eBPF object and attaching it to target processes.
+//!
+//! Owns the `aya::Ebpf` (maps, programs, links). Uprobes are attached per target process
+//! (`UProbeScope::OneProcess`), so other CUDA processes on the node pay nothing; the
+//! sched_yield tracepoint and the on-CPU sampler are node-wide and filter by `WP_TARGETS` in
+//! the kernel. Dropping the `Probe` detaches everything; a SIGKILLed wedgeprobe leaves
+//! nothing behind either, because every link is an fd the kernel closes.
+
+use std::{collections::HashMap, num::NonZeroU32, path::PathBuf};
+
+use anyhow::{Context as _, anyhow};
+use aya::{
+    Ebpf,
+    maps::HashMap as BpfHashMap,
+    programs::{
+        PerfEvent, TracePoint, UProbe,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+    },
+};
+use probe_common::{COOKIE_OPEN_ENDED, api, maps, programs};
+
+use crate::{error::ProbeError, process::libcuda::LibCuda, process::target::Target, sys};
+
+/// On-CPU sampling frequency per CPU. 49 Hz: a spinning thread is seen every ~20 ms, well
+/// inside a 500 ms report window; a prime, so it does not beat with 100 Hz/1 kHz timers.
+const SAMPLE_HZ: u64 = 49;
+
+pub struct Probe {
+    ebpf: Ebpf,
+    /// Uprobe links per target pid, as (program name, link).
+    links: HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
+    /// Resolved symbol tables per library path.
+    libs: HashMap<PathBuf, LibCuda>,
+}
+
+/// What attaching to one target found.
+#[derive(Clone, Debug)]
+pub struct Attached {
+    pub lib: LibCuda,
+    /// How launches are traced: "entry+return", "entry", or "off" (the shim journal records
+    /// them).
+    pub launch_probes: &'static str,
+}
+
+impl Probe {
+    /// Checks privileges, loads the eBPF object and attaches the node-wide programs.
+    pub fn load() -> anyhow::Result<Self> {
+        check_capabilities()?;
+        sys::raise_memlock_limit();
+        let mut ebpf = Ebpf::load(aya::include_bytes_aligned!(concat!(
+            env!("OUT_DIR"),
+            "/wedgeprobe"
+        )))
+        .map_err(|e| privilege_or(e.into(), "failed to load the eBPF object"))?;
+
+        for name in [
+            programs::CALL_ENTER,
+            programs::CALL_EXIT,
+            programs::NAME_ENTER,
+            programs::NAME_EXIT,
+        ] {
+            let prog: &mut UProbe = program(&mut ebpf, name)?.try_into()?;
+            prog.load()
+                .map_err(|e| privilege_or(e.into(), "failed to load a uprobe program"))?;
+        }
+
+        ensure_tracefs()?;
+        let yield_prog: &mut TracePoint = program(&mut ebpf, programs::SCHED_YIELD)?.try_into()?;
+        yield_prog
+            .load()
+            .map_err(|e| privilege_or(e.into(), "failed to load the tracepoint"))?;
+        yield_prog
+            .attach("syscalls", "sys_enter_sched_yield")
+            .map_err(|e| {
+                privilege_or(
+                    e.into(),
+                    "failed to attach to syscalls/sys_enter_sched_yield",
+                )
+            })?;
+
+        let sampler: &mut PerfEvent = program(&mut ebpf, programs::ON_CPU)?.try_into()?;
+        sampler
+            .load()
+            .map_err(|e| privilege_or(e.into(), "failed to load the on-CPU sampler"))?;
+        for cpu in sys::online_cpus() {
+            sampler
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(SAMPLE_HZ),
+                    false,
+                )
+                .map_err(|e| privilege_or(e.into(), "failed to open the on-CPU sampler"))?;
+        }
+        Ok(Self {
+            ebpf,
+            links: HashMap::new(),
+            libs: HashMap::new(),
+        })
+    }
+
+    /// Starts tracing `target`: uprobes on its libcuda, and its tgid in `WP_TARGETS`.
+    /// With `launch_returns` false, launches get an entry probe only (see
+    /// `probe_common::CALL_OPEN_ENDED`): a uretprobe costs more than the entry probe itself
+    /// (notes/gpu-machine.md: +628 ns entry only, +1,743 ns with the return), and a launch
+    /// happens thousands of times a second. Without `launch_returns` and with a shim journal
+    /// in the target, launches get no probe at all: the shim already records every launch
+    /// and which thread is inside one since when, and even the entry probe costs ~1.3 µs per
+    /// launch on the H200 (BENCHMARKS.md) — most of what being attached costs.
+    pub fn attach(
+        &mut self,
+        target: &Target,
+        launch_returns: bool,
+        journal_ok: bool,
+    ) -> anyhow::Result<Attached> {
+        let skip_launches = !launch_returns && journal_ok;
+        let path = target.libcuda_host_path.clone();
+        let lib = match self.libs.get(&path) {
+            Some(lib) => lib.clone(),
+            None => {
+                let lib = LibCuda::resolve(&path).map_err(|e| {
+                    if target.alive() {
+                        e
+                    } else {
+                        ProbeError::TargetExited { pid: target.pid }.into()
+                    }
+                })?;
+                self.libs.insert(path.clone(), lib.clone());
+                lib
+            }
+        };
+        if lib.waits.is_empty() {
+            return Err(ProbeError::NoSymbols {
+                path: PathBuf::from(&target.libcuda),
+            }
+            .into());
+        }
+        if target.pid == 0 {
+            return Err(ProbeError::NoSuchProcess { pid: 0 }.into());
+        }
+        // The target's tgid goes in first: a call that starts while we attach is then either
+        // fully seen or (entry before the uprobe existed) counted as exit-without-entry.
+        let mut targets: BpfHashMap<_, u32, u32> =
+            BpfHashMap::try_from(self.ebpf.map_mut(maps::TARGETS).context("no targets map")?)?;
+        targets
+            .insert(target.pid, 1, 0)
+            .context("failed to add the target to WP_TARGETS")?;
+
+        let mut links = Vec::new();
+        // With the journal recording launches, kernel names come from it too: the name-lookup
+        // probes (entry + return on cuModuleGetFunction, cuLibraryGetKernel,
+        // cuKernelGetFunction) are left off. The runtime may call cuKernelGetFunction on its
+        // launch path, and a uprobe + uretprobe pair costs ~1.7 µs a call on the H200.
+        let result = self.attach_points(target, &lib, &mut links, !skip_launches, |launch| {
+            if launch && skip_launches {
+                None
+            } else {
+                Some(launch && !launch_returns)
+            }
+        });
+        self.links.insert(target.pid, links);
+        if let Err(e) = result {
+            self.detach(target.pid);
+            return Err(e);
+        }
+        if !target.alive() {
+            self.detach(target.pid);
+            return Err(ProbeError::TargetExited { pid: target.pid }.into());
+        }
+        let launch_probes = match (skip_launches, launch_returns) {
+            (true, _) => "off (the shim journal records launches)",
+            (false, true) => "entry+return",
+            (false, false) => "entry",
+        };
+        Ok(Attached { lib, launch_probes })
+    }
+
+    /// The shim of an attached process stopped recording (released CUPTI, or turned itself
+    /// off): its launches were left to the journal, so put entry probes on them now (entry
+    /// only, the cheap mode: whether a thread is still inside is inferred from its yields and
+    /// stack samples). Returns how launches are traced now.
+    pub fn attach_launch_probes(&mut self, target: &Target) -> anyhow::Result<&'static str> {
+        let lib = self
+            .libs
+            .get(&target.libcuda_host_path)
+            .cloned()
+            .context("libcuda of an attached process not resolved")?;
+        let mut links = Vec::new();
+        let result = self.attach_points(target, &lib, &mut links, true, |launch| {
+            launch.then_some(true)
+        });
+        self.links.entry(target.pid).or_default().extend(links);
+        result.map(|()| "entry (the shim stopped recording)")
+    }
+
+    /// Attaches the uprobes of `lib`'s entry points in `target`. `which(is_launch)` says per
+    /// entry point whether to trace it (None: skip) and whether it is open-ended (entry probe
+    /// only); `names`: the kernel-name lookups too. Links made are pushed to `links` even on
+    /// error, for the caller to keep or drop.
+    fn attach_points(
+        &mut self,
+        target: &Target,
+        lib: &LibCuda,
+        links: &mut Vec<(&'static str, UProbeLinkId)>,
+        names: bool,
+        which: impl Fn(bool) -> Option<bool>,
+    ) -> anyhow::Result<()> {
+        let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
+        let path = &target.libcuda_host_path;
+        // Return probes first: a call that enters after its entry probe exists then always
+        // has its return probe too (the kernel arms a uretprobe at entry), so no in-call
+        // entry is left without the exit that removes it.
+        let plan = [
+            (programs::CALL_EXIT, &lib.waits),
+            (programs::CALL_ENTER, &lib.waits),
+            (programs::NAME_EXIT, &lib.name_lookups),
+            (programs::NAME_ENTER, &lib.name_lookups),
+        ];
+        for (name, points) in plan {
+            if !names && (name == programs::NAME_ENTER || name == programs::NAME_EXIT) {
+                continue;
+            }
+            let prog: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
+            for ep in points {
+                let launch = api::class(ep.id) == Some(api::ApiClass::Launch);
+                let Some(open_ended) = which(launch) else {
+                    continue;
+                };
+                if open_ended && name == programs::CALL_EXIT {
+                    continue;
+                }
+                let cookie = ep.id as u64 | if open_ended { COOKIE_OPEN_ENDED } else { 0 };
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(ep.file_offset),
+                    cookie: Some(cookie),
+                };
+                let link = prog
+                    .attach(point, path, UProbeScope::OneProcess(pid))
+                    .map_err(|e| {
+                        if !target.alive() {
+                            ProbeError::TargetExited { pid: target.pid }.into()
+                        } else {
+                            privilege_or(e.into(), "failed to attach a uprobe")
+                                .context(format!("uprobe on {} in {}", ep.symbol, target.libcuda))
+                        }
+                    })?;
+                links.push((name, link));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops tracing `pid` (it exited, or the user is done).
+    ///
+    /// The target leaves `WP_TARGETS` first, so the programs stop recording at once. Closing
+    /// the uprobe links is slow and cannot be sped up from here: each waits for an RCU grace
+    /// period under a kernel-wide mutex (~100 ms per link measured on 6.18, 36 links ≈ 3.6 s;
+    /// closing them from parallel threads measured the same). Callers print their output
+    /// before detaching.
+    pub fn detach(&mut self, pid: u32) {
+        if let Some(map) = self.ebpf.map_mut(maps::TARGETS)
+            && let Ok(mut targets) = BpfHashMap::<_, u32, u32>::try_from(map)
+        {
+            let _ = targets.remove(&pid);
+        }
+        for (name, link) in self.links.remove(&pid).unwrap_or_default() {
+            if let Some(Ok(prog)) = self.ebpf.program_mut(name).map(<&mut UProbe>::try_from) {
+                // Detaching fails only if the link is already gone: nothing to do then.
+                let _ = prog.detach(link);
+            }
+        }
+    }
+
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut aya::programs::Program> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| anyhow!("the eBPF object has no program {name}"))
+}
+
+/// Names the missing capability up front rather than surfacing EPERM from deep inside aya.
+fn check_capabilities() -> Result<(), ProbeError> {
+    let caps = sys::effective_capabilities();
+    let has = |cap: u32| caps & (1 << cap) != 0;
+    let admin = has(sys::CAP_SYS_ADMIN);
+    if !admin && !has(sys::CAP_BPF) {
+        return Err(ProbeError::MissingCapability {
+            capability: "CAP_BPF",
+            why: "needed to load eBPF programs and maps",
+        });
+    }
+    if !admin && !has(sys::CAP_PERFMON) {
+        return Err(ProbeError::MissingCapability {
+            capability: "CAP_PERFMON",
+            why: "needed to attach uprobes, tracepoints and perf events",
+        });
+    }
+    if !has(sys::CAP_SYS_PTRACE) {
+        return Err(ProbeError::MissingCapability {
+            capability: "CAP_SYS_PTRACE",
+            why: "needed to read the stacks and memory maps of the target processes",
+        });
+    }
+    Ok(())
+}
+
+/// Maps an EPERM anywhere in the chain to the capability error; otherwise adds context.
+/// (EACCES from BPF_PROG_LOAD is the verifier's rejection, not a privilege problem.)
+/// Tracepoints are attached by name through tracefs. A machine (or a container with /sys
+/// mounted) can lack the mount — the H200 machine starts without it — so mount it, as root
+/// may, and say so once; if that fails, say what to run.
+fn ensure_tracefs() -> anyhow::Result<()> {
+    const AT: &str = "/sys/kernel/tracing";
+    let mounted = |root: &str| std::path::Path::new(root).join("events").exists();
+    if mounted(AT) || mounted("/sys/kernel/debug/tracing") {
+        return Ok(());
+    }
+    let c = |s: &str| std::ffi::CString::new(s).expect("no NUL in a constant");
+    let (src, target) = (c("tracefs"), c(AT));
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            src.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        anyhow::bail!(
+            "tracefs is not mounted and mounting it at {AT} failed ({e}); run `mount -t tracefs tracefs {AT}`"
+        );
+    }
+    eprintln!("wedgeprobe: note: mounted tracefs at {AT} (it was not mounted)");
+    Ok(())
+}
+
+fn privilege_or(e: anyhow::Error, what: &'static str) -> anyhow::Error {
+    let denied = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            .is_some_and(|n| n == libc::EPERM)
+    });
+    if denied {
+        anyhow::Error::from(ProbeError::MissingCapability {
+            capability: "CAP_BPF and CAP_PERFMON",
+            why: "the kernel refused to load or attach eBPF programs",
+        })
+        .context(format!("{what}: {e:#}"))
+    } else {
+        e.context(what)
+    }
+}

@@ -1,0 +1,589 @@
+//! `wedgeprobe daemon [--config FILE]`: one probe per node, always on. It finds every process
+//! that maps libcuda or a shim journal (also those started later: `discover`), attaches,
+//! evaluates each process's verdict every tick, keeps a flight recorder, and on an incident
+//! writes the report and the trace into a size-capped directory (oldest dumps go first) and
+//! logs a structured line. Metrics on `listen` (/metrics). SIGHUP reloads the configuration;
+//! SIGINT/SIGTERM detach and exit.
+
+pub mod config;
+pub mod discover;
+
+use std::{
+    collections::HashMap,
+    io::Write,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use serde_json::json;
+
+use crate::output::metrics::{
+    self as metrics, Hist, ProcessMetrics, Snapshot, StreamMetrics, bounded_label,
+};
+use crate::{
+    collect::collector::Collector,
+    collect::probe::Probe,
+    error::ProbeError,
+    model::api_name,
+    output::report::TargetFacts,
+    output::trace::{Names, TickRecorder, flight::FlightRecorder},
+    process::target::Target,
+    signals, sys, verdict,
+};
+use config::Config;
+
+/// Journal records read per process per tick (see `run`).
+const MAX_RECORDS_PER_TICK: u64 = 1024;
+/// In-flight tables are scanned this often (see `run`).
+const HEADS_EVERY_NS: u64 = 1_000_000_000;
+
+#[derive(clap::Args, Debug)]
+pub struct DaemonArgs {
+    /// TOML configuration (README, "The daemon"); defaults without it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// Structured log lines on stderr: text, or one JSON object per line.
+struct Log {
+    json: bool,
+}
+
+impl Log {
+    fn event(&self, event: &str, fields: serde_json::Value, text: String) {
+        let ts = crate::output::trace::flight::utc_stamp(sys::realtime_ns());
+        let mut err = std::io::stderr().lock();
+        if self.json {
+            let mut v = json!({"ts": ts, "event": event});
+            if let (Some(o), Some(f)) = (v.as_object_mut(), fields.as_object()) {
+                o.extend(f.clone());
+            }
+            let _ = writeln!(err, "{v}");
+        } else {
+            let _ = writeln!(err, "{ts} wedgeprobe daemon: {text}");
+        }
+    }
+}
+
+pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
+    let mut cfg =
+        config::load(args.config.as_deref()).map_err(|e| ProbeError::Config(e.to_string()))?;
+    let log = Log {
+        json: cfg.json_logs,
+    };
+    crate::verdict::kernel::set_extra_collectives(cfg.collectives.clone());
+    let snapshot = Arc::new(Mutex::new(Snapshot::default()));
+    let bound = crate::output::metrics::http::serve(cfg.listen, snapshot.clone())?;
+    let mut collector = Collector::new(Probe::load()?)?;
+    // Bounded work per tick: 8 launch-bound processes write ~1.6M journal records a second
+    // (a launch and a completion each); reading and converting all of them cost the daemon
+    // 29% of a core on the H200. The heads come from the in-flight tables; the ring only
+    // feeds history and the flight recorder, which a sample serves.
+    collector.max_records_per_poll = MAX_RECORDS_PER_TICK;
+    // Stream heads from a full in-flight table scan once a second, kept up to date in
+    // between: a head found up to 1 s late still has its true age (verdict bounds are
+    // seconds), and the scan was two thirds of a tick (BENCHMARKS.md).
+    collector.heads_every_ns = HEADS_EVERY_NS;
+    signals::install();
+    signals::install_reload();
+    log.event(
+        "started",
+        json!({"listen": bound.to_string(), "dump_dir": cfg.dump_dir, "config": args.config}),
+        format!(
+            "started; metrics on http://{bound}/metrics; dumps in {}",
+            cfg.dump_dir.display()
+        ),
+    );
+    let mut discovery = discover::Discovery::default();
+    let mut facts: HashMap<u32, TargetFacts> = HashMap::new();
+    let mut flight = FlightRecorder::new(cfg.flight());
+    let mut ticks = TickRecorder::start(&mut collector);
+    let mut names = Names::default();
+    let mut verdicts: HashMap<u32, &'static str> = HashMap::new();
+    let mut rank_infos: HashMap<u32, crate::verdict::job::RankInfo> = HashMap::new();
+    let mut last_streams: HashMap<u32, Vec<StreamMetrics>> = HashMap::new();
+    let mut snap = Snapshot::default();
+    let mut last_scan = 0u64;
+    let start = sys::monotonic_ns();
+    // WEDGEPROBE_DEBUG_TICK=1: where a tick's time goes, every 100 ticks on stderr.
+    let debug_tick = std::env::var_os("WEDGEPROBE_DEBUG_TICK").is_some();
+    let mut phases = [std::time::Duration::ZERO; 3];
+    let mut ticks_seen = 0u64;
+    loop {
+        let now = sys::monotonic_ns();
+        if signals::stop_requested() {
+            break;
+        }
+        if signals::reload_requested() {
+            match config::load(args.config.as_deref()) {
+                Ok(new) => {
+                    if new.listen != cfg.listen {
+                        log.event(
+                            "config_note",
+                            json!({"key": "listen"}),
+                            "`listen` changes need a restart; the rest is applied".into(),
+                        );
+                    }
+                    flight.config = new.flight();
+                    crate::verdict::kernel::set_extra_collectives(new.collectives.clone());
+                    cfg = Config {
+                        listen: cfg.listen,
+                        ..new
+                    };
+                    snap.config_reloads_total += 1;
+                    log.event(
+                        "config_reloaded",
+                        json!({"config": args.config}),
+                        "configuration reloaded".into(),
+                    );
+                }
+                Err(e) => {
+                    snap.config_errors_total += 1;
+                    log.event(
+                        "config_rejected",
+                        json!({"error": e.to_string()}),
+                        format!("configuration rejected, keeping the old one: {e}"),
+                    );
+                }
+            }
+        }
+        if now.saturating_sub(last_scan) >= cfg.scan_interval.as_nanos() as u64 {
+            last_scan = now;
+            let attached = |pid: u32| collector.model.procs.contains_key(&pid);
+            for pid in discovery.candidates(&attached) {
+                if collector.model.procs.len() >= cfg.max_targets {
+                    break;
+                }
+                match Target::open(pid) {
+                    Ok(target) => {
+                        let comm = target.comm.clone();
+                        match collector.attach(target, false) {
+                            Ok(a) => {
+                                facts.insert(
+                                    pid,
+                                    TargetFacts {
+                                        traced: a.lib.waits.len(),
+                                        launch_probes: a.launch_probes,
+                                        missing: a.lib.missing.clone(),
+                                    },
+                                );
+                                log.event("attached", json!({"pid": pid, "comm": comm, "launch_probes": a.launch_probes}),
+                                    format!("attached to pid {pid} ({comm}); launch probes: {}", a.launch_probes));
+                            }
+                            Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => {
+                                // It exited while being attached (H200: a short-lived child
+                                // that mapped libcuda): nothing to report.
+                                discovery.forget(pid);
+                            }
+                            Err(e) => {
+                                discovery.not_now(pid, cfg.scan_interval);
+                                log.event(
+                                    "attach_failed",
+                                    json!({"pid": pid, "error": format!("{e:#}")}),
+                                    format!("cannot attach to pid {pid}: {e:#}"),
+                                );
+                            }
+                        }
+                    }
+                    Err(_) => discovery.not_now(pid, cfg.scan_interval),
+                }
+            }
+            snap.discovery_scans_total = discovery.scans;
+            snap.discovery_scan_seconds = discovery.last_scan.as_secs_f64();
+            snap.discovery_pending = discovery.pending() as u64;
+        }
+        let t0 = std::time::Instant::now();
+        for gone in collector.poll(now) {
+            log.event(
+                "detached",
+                json!({"pid": gone.pid, "comm": gone.comm}),
+                format!("pid {} ({}) exited; forgotten", gone.pid, gone.comm),
+            );
+            collector.forget(gone.pid);
+            facts.remove(&gone.pid);
+            last_streams.remove(&gone.pid);
+            verdicts.remove(&gone.pid);
+            discovery.forget(gone.pid);
+        }
+        for (pid, outcome) in collector.take_launch_probe_changes() {
+            if let (Ok(how), Some(f)) = (&outcome, facts.get_mut(&pid)) {
+                f.launch_probes = how;
+            }
+            log.event(
+                "shim_stopped",
+                json!({"pid": pid, "launch_probes": outcome.as_ref().ok(), "error": outcome.as_ref().err()}),
+                match &outcome {
+                    Ok(how) => format!("pid {pid}: the shim stopped recording (released or off); launch probes: {how}"),
+                    Err(e) => format!("pid {pid}: the shim stopped recording (released or off); launch probes could not be added: {e}"),
+                },
+            );
+        }
+        let t_poll = t0.elapsed();
+        names.update(&collector.model);
+        let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
+        let bounds = cfg.bounds();
+        let t1 = std::time::Instant::now();
+        // Each process's verdict, and all of them together for the flight recorder's trace.
+        let (all, each) = verdict::evaluate_all_and_each(&collector.model, now, bound_ms, &bounds);
+        let first = each.first().map_or(0, |e| e.0);
+        let pid = crate::output::trace::verdict_pid(&all.threads, &all.kernels, first);
+        let events = ticks.tick(
+            &mut collector,
+            &all.threads,
+            &all.kernels,
+            &all.verdict,
+            pid,
+            now,
+        );
+        flight.push(events, now);
+        let t_eval = t1.elapsed();
+        let mut processes = Vec::new();
+        for (pid, ev) in &each {
+            let kind = ev.verdict.kind.as_str();
+            let before = verdicts.insert(*pid, kind);
+            if before != Some(kind) {
+                *snap.verdicts_total.entry(kind).or_default() += 1;
+                if before.is_some() || kind != "healthy" {
+                    log.event(
+                        "verdict",
+                        json!({"pid": pid, "kind": kind, "summary": ev.verdict.summary}),
+                        format!("pid {pid}: {kind}: {}", ev.verdict.summary),
+                    );
+                }
+            }
+            if flight.should_dump(*pid, kind) {
+                dump(
+                    &mut flight,
+                    &collector,
+                    &facts,
+                    &names,
+                    &cfg,
+                    &log,
+                    *pid,
+                    now,
+                    start,
+                    &mut snap,
+                );
+            }
+            let mut pm = process_metrics(&collector, *pid, ev, kind);
+            // Per-stream series from the last in-flight table scan: between scans a stream
+            // whose head retired is missing from the heads, and its series would blink out
+            // for up to a second (a scrape would often miss a healthy busy stream). Streams
+            // still headed now carry their current age.
+            if collector.heads_fresh(*pid, now) {
+                last_streams.insert(*pid, pm.streams.clone());
+            } else if let Some(last) = last_streams.get(pid) {
+                keep_streams_of_last_scan(&mut pm.streams, last);
+            }
+            processes.push(pm);
+        }
+        snap.processes = processes;
+        // Jobs across the node's processes; the environment is read once per process.
+        let infos: Vec<crate::verdict::job::RankInfo> = collector
+            .model
+            .procs
+            .keys()
+            .map(|&pid| {
+                rank_infos
+                    .entry(pid)
+                    .or_insert_with(|| crate::verdict::job::read_rank_info(pid))
+                    .clone()
+            })
+            .collect();
+        rank_infos.retain(|pid, _| collector.model.procs.contains_key(pid));
+        let model = &collector.model;
+        let jobs = crate::verdict::job::analyze(&infos, &all.kernels, false, &|pid| {
+            model.kernels_known(pid)
+        });
+        for j in &jobs {
+            for r in &j.ranks {
+                if let Some(p) = snap.processes.iter_mut().find(|p| p.pid == r.pid) {
+                    p.job = j.job.clone();
+                    p.rank = r.rank.to_string();
+                }
+            }
+        }
+        let culprits: Vec<(String, u32, u32, String)> = jobs
+            .iter()
+            .filter_map(|j| {
+                j.culprit
+                    .as_ref()
+                    .map(|c| (j.job.clone(), c.rank, c.pid, c.kernel.clone()))
+            })
+            .collect();
+        for c in &culprits {
+            if !snap.culprits.contains(c) {
+                let summary = jobs
+                    .iter()
+                    .find_map(|j| j.culprit.as_ref().filter(|x| x.pid == c.2))
+                    .map(|x| x.summary.clone())
+                    .unwrap_or_default();
+                log.event(
+                    "culprit",
+                    json!({"job": c.0, "rank": c.1, "pid": c.2, "kernel": c.3, "summary": summary}),
+                    format!("job {}: {summary}", c.0),
+                );
+            }
+        }
+        snap.culprits = culprits;
+        snap.latency = collector
+            .model
+            .latency
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.ns.is_empty())
+            .map(|(i, l)| (api_name(i as u32), Hist::from_hdr(&l.ns)))
+            .collect();
+        snap.ebpf_lost = probe_common::counters::NAMES
+            .iter()
+            .zip(collector.model.lost)
+            .map(|(n, v)| (*n, v))
+            .collect();
+        snap.dump_failures_total = flight.dumps_failed;
+        snap.blocked_after_seconds = cfg.blocked_after.as_secs_f64();
+        (snap.cpu_seconds, snap.rss_bytes) = metrics::own_usage();
+        if let Ok(mut s) = snapshot.lock() {
+            *s = snap.clone();
+        }
+        if debug_tick {
+            phases[0] += t_poll;
+            phases[1] += t_eval;
+            phases[2] += t0.elapsed();
+            ticks_seen += 1;
+            if ticks_seen.is_multiple_of(100) {
+                let poll: Vec<String> = collector
+                    .take_phases()
+                    .into_iter()
+                    .map(|(n, d)| format!("{n} {:?}", d / 100))
+                    .collect();
+                eprintln!(
+                    "wedgeprobe daemon: per tick over the last 100: poll {:?} ({}), verdicts+trace events {:?}, whole tick {:?}",
+                    phases[0] / 100,
+                    poll.join(", "),
+                    phases[1] / 100,
+                    phases[2] / 100
+                );
+                phases = [std::time::Duration::ZERO; 3];
+            }
+        }
+        std::thread::sleep(cfg.tick);
+    }
+    collector.detach_all();
+    log.event("stopped", json!({}), "stopped; detached".into());
+    Ok(())
+}
+
+/// Adds to `now` the streams of the last in-flight table scan that `now` lacks (their heads
+/// retired since; their counts are unknown until the next scan, not zero).
+fn keep_streams_of_last_scan(now: &mut Vec<StreamMetrics>, last: &[StreamMetrics]) {
+    for s in last {
+        if !now
+            .iter()
+            .any(|c| c.device == s.device && c.stream == s.stream)
+        {
+            now.push(s.clone());
+        }
+    }
+}
+
+fn process_metrics(
+    collector: &Collector,
+    pid: u32,
+    ev: &verdict::Evaluation,
+    kind: &'static str,
+) -> ProcessMetrics {
+    let model = &collector.model;
+    let journal = model.journals.get(&pid);
+    ProcessMetrics {
+        pid,
+        comm: model
+            .procs
+            .get(&pid)
+            .map(|p| p.target.comm.clone())
+            .unwrap_or_default(),
+        // Set once the node's jobs are known (after every process's verdict).
+        job: String::new(),
+        rank: String::new(),
+        mode: if journal.is_some_and(|j| !j.status.starts_with("rejected")) {
+            "journal+ebpf"
+        } else {
+            "ebpf-only"
+        },
+        verdict: kind,
+        threads_in_calls: ev.threads.len() as u64,
+        blocked_threads: ev.threads.iter().filter(|t| t.blocked).count() as u64,
+        sched_yield_per_s: ev.threads.iter().map(|t| t.sched_yield_per_s).sum(),
+        streams: ev
+            .kernels
+            .iter()
+            .map(|k| StreamMetrics {
+                device: k.device,
+                stream: k.stream.clone(),
+                kernel: bounded_label(k.kernel_demangled.as_deref().unwrap_or(&k.kernel)),
+                oldest_age_seconds: k.running_ms / 1e3,
+                in_flight: k.queued_behind as u64 + 1,
+            })
+            .collect(),
+        journal_drops: journal.map_or(vec![], |j| j.drops.iter().map(|(k, v)| (*k, *v)).collect()),
+        journal_ring_lost: journal.map_or(0, |j| j.ring_lost),
+        journal_ring_skipped: journal.map_or(0, |j| j.ring_skipped),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dump(
+    flight: &mut FlightRecorder,
+    collector: &Collector,
+    facts: &HashMap<u32, TargetFacts>,
+    names: &Names,
+    cfg: &Config,
+    log: &Log,
+    pid: u32,
+    now: u64,
+    start: u64,
+    snap: &mut Snapshot,
+) {
+    let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
+    match flight.dump_incident(
+        &collector.model,
+        facts,
+        names,
+        pid,
+        now,
+        (now - start) as f64 / 1e6,
+        bound_ms,
+        false,
+        &cfg.bounds(),
+    ) {
+        Ok(d) => {
+            snap.dumps_total += 1;
+            let removed = enforce_cap(&cfg.dump_dir, cfg.dump_max_bytes, &[&d.trace, &d.report]);
+            snap.dump_dir_bytes = dir_bytes(&cfg.dump_dir);
+            log.event(
+                "dump",
+                json!({"pid": pid, "trace": d.trace, "report": d.report, "events": d.events, "seconds_held": d.seconds_held, "rotated_out": removed}),
+                format!("pid {pid}: wrote {} and {} ({} events, last {:.1} s)", d.trace.display(), d.report.display(), d.events, d.seconds_held),
+            );
+        }
+        Err(e) => log.event(
+            "dump_failed",
+            json!({"pid": pid, "error": format!("{e:#}"), "failures": flight.dumps_failed}),
+            format!("pid {pid}: dump failed ({e:#}); still watching"),
+        ),
+    }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Removes the oldest dump files until the directory holds at most `cap` bytes (never the
+/// ones just written). Returns how many were removed.
+fn enforce_cap(dir: &Path, cap: u64, keep: &[&Path]) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut files: Vec<(std::time::SystemTime, PathBuf, u64)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            let name = e.file_name().to_string_lossy().to_string();
+            (m.is_file() && (name.ends_with(".trace.json.gz") || name.ends_with(".report.json")))
+                .then(|| {
+                    (
+                        m.modified().unwrap_or(std::time::UNIX_EPOCH),
+                        e.path(),
+                        m.len(),
+                    )
+                })
+        })
+        .collect();
+    files.sort();
+    let mut total: u64 = files.iter().map(|f| f.2).sum();
+    let mut removed = 0;
+    for (_, path, len) in files {
+        if total <= cap {
+            break;
+        }
+        if keep.iter().any(|k| *k == path) {
+            continue;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            total -= len;
+            removed += 1;
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(name: &str, age: f64, in_flight: u64) -> StreamMetrics {
+        StreamMetrics {
+            device: 0,
+            stream: name.into(),
+            kernel: "k".into(),
+            oldest_age_seconds: age,
+            in_flight,
+        }
+    }
+
+    #[test]
+    fn rotation_removes_the_oldest_dumps_down_to_the_cap_but_never_the_new_ones() {
+        let dir = std::env::temp_dir().join(format!("wp-rotation-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let names = [
+            "a.trace.json.gz",
+            "a.report.json",
+            "b.trace.json.gz",
+            "b.report.json",
+            "c.trace.json.gz",
+            "c.report.json",
+        ];
+        let t0 = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+        for (i, n) in names.iter().enumerate() {
+            let f = std::fs::File::create(dir.join(n)).unwrap();
+            f.set_len(1000).unwrap();
+            f.set_modified(t0 + std::time::Duration::from_secs(i as u64 * 10))
+                .unwrap();
+        }
+        std::fs::write(dir.join("notes.txt"), [0u8; 5000]).unwrap(); // not a dump: kept
+        // The newest pair was just written; 2,500 bytes allowed: a and b go, c stays.
+        let (ct, cr) = (dir.join("c.trace.json.gz"), dir.join("c.report.json"));
+        let removed = enforce_cap(&dir, 2500, &[&ct, &cr]);
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(removed, 4);
+        assert_eq!(left, ["c.report.json", "c.trace.json.gz", "notes.txt"]);
+        // A cap below the newest dump itself: it is still kept.
+        assert_eq!(enforce_cap(&dir, 1, &[&ct, &cr]), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn between_scans_a_stream_whose_head_retired_keeps_its_last_scan_series() {
+        let last = [stream("0x1", 0.001, 40), stream("0x2", 3.0, 1022)];
+        // Now only the stuck stream is headed (aged since the scan); 0x1's head retired.
+        let mut now = vec![stream("0x2", 3.5, 1022)];
+        keep_streams_of_last_scan(&mut now, &last);
+        let got: Vec<(&str, f64, u64)> = now
+            .iter()
+            .map(|s| (s.stream.as_str(), s.oldest_age_seconds, s.in_flight))
+            .collect();
+        assert_eq!(got, [("0x2", 3.5, 1022), ("0x1", 0.001, 40)]);
+    }
+}

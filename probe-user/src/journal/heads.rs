@@ -1,0 +1,784 @@
+//! Kernels in flight, from a process's shim journal: per stream, the oldest launched kernel
+//! that has not completed (streams run in order, so it is the one the others wait behind),
+//! when it can have started, and how many launches are queued behind it.
+//!
+//! CUPTI cannot say when a kernel *started* before it completes; the estimate is the later of
+//! its launch and the end of the last completed kernel on the same stream (or, with marks,
+//! when the shim saw the stream pass its last mark) — docs/architecture.md.
+//!
+//! With stream marks (the shim's default, `probe_common::journal::RECORD_MARKS`) a launch is
+//! known done once a mark after it passed; the stuck kernel is the first unfinished one among
+//! the launches from the head up to the first launch with a mark after it. When that is the
+//! head alone the name is exact; otherwise the head lists the candidates in launch order and
+//! names none of them (`StreamHead::exact`).
+
+use std::collections::{HashMap, HashSet};
+
+use probe_common::journal::{
+    ALL_STREAMS, FLAG_MARKED, InflightSlot, RECORD_KERNEL_DONE, RECORD_NODE_DONE, RECORD_SYNCED,
+    RingRecord,
+};
+use serde::Serialize;
+
+use crate::journal::JournalView;
+
+/// Follows one journal's ring across polls.
+#[derive(Default)]
+pub struct JournalCursor {
+    next: u64,
+    /// Latest GPU end time per CUPTI stream id.
+    last_end: HashMap<u32, u64>,
+    pub lost: u64,
+    /// Records passed over by `advance_at_most` (not lost: deliberately not read).
+    pub skipped: u64,
+    pub completed: u64,
+    /// Times a stream's mark was seen to advance (marks mode).
+    pub marks_passed: u64,
+    /// When the shim saw the newest of those marks pass (0: none).
+    last_mark_at_ns: u64,
+    /// Highest completed correlation id per CUPTI stream id: streams run in order, so every
+    /// launch before it on that stream is done even if its own record never came.
+    done_through: HashMap<u32, u64>,
+    /// Highest correlation id of a returned synchronize, per stream handle and context-wide.
+    synced_through: HashMap<u64, u64>,
+    synced_all: u64,
+    /// Graph launches in flight: the node ids (as CUPTI reported them) that completed.
+    nodes_done: HashMap<u64, HashSet<u64>>,
+    /// Stream marks by CUPTI stream id: (correlation through which the stream is done, when
+    /// the shim saw it pass). Read from the journal at every `advance`.
+    marks: HashMap<u32, (u64, u64)>,
+    /// The journal records completions with marks (no per-kernel records, no node progress).
+    marks_mode: bool,
+    /// The heads of the last in-flight table scan (see `heads_every`), and when it was.
+    scanned: Vec<(StreamHead, HeadTimes)>,
+    scanned_at_ns: Option<u64>,
+}
+
+/// What a head's ages are computed from, kept between in-flight table scans.
+#[derive(Clone, Copy, Debug)]
+struct HeadTimes {
+    stream: u64,
+    launch_ns: u64,
+    since_ns: u64,
+}
+
+/// One stream's unfinished launches, as one pass over the in-flight table sees them.
+struct StreamQueue {
+    /// (device, CUPTI stream id, `CUstream`).
+    key: (u32, u32, u64),
+    /// The oldest unfinished launch.
+    head: InflightSlot,
+    len: usize,
+    /// The correlation id of the first launch with a mark after it (`u64::MAX`: none).
+    first_marked: u64,
+}
+
+/// One of the launches a stuck kernel is narrowed to (marks mode).
+#[derive(Clone, Debug, Serialize)]
+pub struct Candidate {
+    pub kernel: String,
+    pub kernel_demangled: Option<String>,
+    pub correlation: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub launched_ms_ago: f64,
+    /// Graph launches: the executable graph's id (0 otherwise).
+    pub graph_exec: u32,
+}
+
+/// Candidates listed at most; `candidates_total` says how many there were.
+const MAX_CANDIDATES: usize = 16;
+
+/// A graph launch broken down into its kernel nodes.
+#[derive(Clone, Debug, Serialize)]
+pub struct GraphProgress {
+    /// CUPTI's ids of the executable graph launched and of the graph it came from.
+    pub exec_id: u32,
+    pub graph_id: Option<u32>,
+    pub kernel_nodes: usize,
+    pub completed: usize,
+    /// Kernel nodes with no completion yet, in node order: the first is the one running (or
+    /// stuck) when the graph is a chain.
+    pub not_completed: Vec<GraphNodeView>,
+    /// Whether node completions are recorded (the exact mode). With marks only the graph
+    /// launch's own end is known: every kernel node is listed, none known done.
+    pub node_progress: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GraphNodeView {
+    pub node_id: u64,
+    pub kernel: String,
+    pub kernel_demangled: Option<String>,
+}
+
+/// The head of one stream's queue.
+#[derive(Clone, Debug, Serialize)]
+pub struct StreamHead {
+    pub pid: u32,
+    pub device: u32,
+    /// `CUstream` as hex.
+    pub stream: String,
+    pub stream_id: u32,
+    pub kernel: String,
+    /// The kernel's name demangled (C++ mangled names only).
+    pub kernel_demangled: Option<String>,
+    pub correlation: u64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub cluster: [u32; 3],
+    /// Thread that launched it.
+    pub tid: u32,
+    pub launched_ms_ago: f64,
+    /// Since max(launch, previous kernel's end on the stream): an estimate.
+    pub running_ms: f64,
+    pub queued_behind: usize,
+    /// Graph launches: which kernel nodes have not completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphProgress>,
+    /// Whether `kernel` is the stuck-or-running kernel itself. False (marks mode): the first
+    /// unfinished of `candidates` is, and `kernel` says how many there are.
+    pub exact: bool,
+    /// Marks mode, not exact: the launches from the head to the first mark not yet passed, in
+    /// launch order (at most 16; `candidates_total` counts them all).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
+    pub candidates_total: usize,
+    /// `state` (stuck / suspect / running), `bound_ms`, `collective`: set by the verdict.
+    #[serde(flatten)]
+    pub judgement: Option<crate::verdict::kernel::KernelJudgement>,
+}
+
+impl StreamHead {
+    /// The kernel names this head stands for: its candidates, or itself.
+    pub fn names(&self) -> Vec<&str> {
+        if self.exact {
+            vec![self.kernel.as_str()]
+        } else {
+            self.candidates.iter().map(|c| c.kernel.as_str()).collect()
+        }
+    }
+}
+
+impl JournalCursor {
+    /// Consumes the ring since the last call; returns every record read (launches,
+    /// completions, synchronizes), in ring order.
+    pub fn advance(&mut self, view: &JournalView) -> Vec<RingRecord> {
+        self.advance_at_most(view, u64::MAX)
+    }
+
+    /// `advance`, reading at most the newest `max` records (older ones are counted in
+    /// `skipped`): the daemon's work per tick stays bounded however fast processes launch.
+    /// The stream heads come from the in-flight table, not the ring, so skipping only thins
+    /// the history and the flight recorder.
+    pub fn advance_at_most(&mut self, view: &JournalView, max: u64) -> Vec<RingRecord> {
+        let head = view.header_now_ring_head();
+        if head.saturating_sub(self.next) > max {
+            let from = head - max;
+            self.skipped += from - self.next;
+            self.next = from;
+        }
+        let read = view.ring_since(self.next);
+        self.next = read.next;
+        self.lost += read.lost;
+        for r in read.records.iter().filter(|r| r.kind == RECORD_SYNCED) {
+            if r.stream == ALL_STREAMS {
+                self.synced_all = self.synced_all.max(r.correlation);
+            } else {
+                let e = self.synced_through.entry(r.stream).or_insert(0);
+                *e = (*e).max(r.correlation);
+            }
+        }
+        for r in read.records.iter().filter(|r| is_completion(r)) {
+            let e = self.last_end.entry(r.stream_id).or_insert(0);
+            *e = (*e).max(r.end_ns);
+            // A graph node's completion proves everything launched before its graph launch
+            // done, not the graph launch itself (its other nodes may still run).
+            let through = if r.kind == RECORD_NODE_DONE {
+                self.nodes_done
+                    .entry(r.correlation)
+                    .or_default()
+                    .insert(r.graph_node);
+                r.correlation.saturating_sub(1)
+            } else {
+                r.correlation
+            };
+            let d = self.done_through.entry(r.stream_id).or_insert(0);
+            *d = (*d).max(through);
+        }
+        self.completed += read.records.iter().filter(|r| is_completion(r)).count() as u64;
+        let mode = view.record_mode();
+        self.marks_mode = mode.marks;
+        if mode.marks {
+            for m in view.marks() {
+                let e = self.marks.entry(m.stream_id).or_insert((0, 0));
+                if m.done > e.0 {
+                    *e = (m.done, m.done_at_ns);
+                    self.marks_passed += 1;
+                    self.last_mark_at_ns = self.last_mark_at_ns.max(m.done_at_ns);
+                }
+            }
+        }
+        read.records
+    }
+
+    /// When the shim saw the newest advancing mark pass (0: none seen): a sign of GPU work.
+    pub fn last_mark_at_ns(&self) -> u64 {
+        self.last_mark_at_ns
+    }
+
+    /// The oldest in-flight kernel of every stream, longest running first.
+    pub fn heads(&mut self, pid: u32, view: &JournalView, now_ns: u64) -> Vec<StreamHead> {
+        self.heads_every(pid, view, now_ns, 0)
+    }
+
+    /// `heads`, scanning the in-flight table at most every `every_ns` (0: every call). In
+    /// between, the last scan's heads are kept with their ages brought up to `now_ns`, and
+    /// dropped once later evidence retires them: a stream whose head completed has no head
+    /// until the next scan, while a stuck head stays, aging. The scan reads 8,192 slots that
+    /// the target keeps writing — on the H200 with 8 launch-bound PyTorch processes it was
+    /// ~390 µs per process, two thirds of the daemon's tick.
+    pub fn heads_every(
+        &mut self,
+        pid: u32,
+        view: &JournalView,
+        now_ns: u64,
+        every_ns: u64,
+    ) -> Vec<StreamHead> {
+        let due = self
+            .scanned_at_ns
+            .is_none_or(|at| now_ns.saturating_sub(at) >= every_ns);
+        if due {
+            self.scanned = self.scan_heads(pid, view, now_ns);
+            self.scanned_at_ns = Some(now_ns);
+        } else {
+            let scanned = std::mem::take(&mut self.scanned);
+            self.scanned = scanned
+                .into_iter()
+                .filter(|(h, t)| !self.retired(h.correlation, t.stream, h.stream_id))
+                .map(|(mut h, t)| {
+                    h.launched_ms_ago = now_ns.saturating_sub(t.launch_ns) as f64 / 1e6;
+                    h.running_ms = now_ns.saturating_sub(t.since_ns) as f64 / 1e6;
+                    (h, t)
+                })
+                .collect();
+        }
+        let mut heads: Vec<StreamHead> = self.scanned.iter().map(|(h, _)| h.clone()).collect();
+        heads.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
+        heads
+    }
+
+    /// When the in-flight table was last scanned (see `heads_every`).
+    pub fn scanned_at_ns(&self) -> Option<u64> {
+        self.scanned_at_ns
+    }
+
+    /// Whether later evidence says this launch is done: a synchronize that returned after
+    /// it, or a later completion on its (in-order) stream.
+    fn retired(&self, correlation: u64, stream: u64, stream_id: u32) -> bool {
+        correlation <= self.synced_all
+            || self
+                .marks
+                .get(&stream_id)
+                .is_some_and(|&(done, _)| correlation <= done)
+            || self
+                .synced_through
+                .get(&stream)
+                .is_some_and(|&c| correlation <= c)
+            || self
+                .done_through
+                .get(&stream_id)
+                .is_some_and(|&c| correlation <= c)
+    }
+
+    fn scan_heads(
+        &mut self,
+        pid: u32,
+        view: &JournalView,
+        now_ns: u64,
+    ) -> Vec<(StreamHead, HeadTimes)> {
+        let inflight = view.inflight();
+        // Node completions are kept only while their graph launch is in flight.
+        if !self.nodes_done.is_empty() {
+            let live: HashSet<u64> = inflight
+                .iter()
+                .filter(|s| s.graph_id != 0)
+                .map(|s| s.correlation)
+                .collect();
+            self.nodes_done.retain(|c, _| live.contains(c));
+        }
+        let graphs = inflight
+            .iter()
+            .any(|s| s.graph_id != 0)
+            .then(|| view.graphs());
+        // One pass, per stream: its oldest unretired launch and how many there are. Sorting
+        // each stream's queue was 30% of the daemon's CPU on the H200 (8 PyTorch processes,
+        // ~1,000 launches in flight each); a process has a handful of streams, so a linear
+        // search beats hashing every slot.
+        // Per stream also the first launch with a mark after it (marks mode): the window the
+        // stuck kernel is in ends there.
+        let mut streams: Vec<StreamQueue> = Vec::new();
+        let live: Vec<InflightSlot> = inflight
+            .into_iter()
+            .filter(|s| !self.retired(s.correlation, s.stream, s.stream_id))
+            .collect();
+        for s in &live {
+            let s = *s;
+            let key = (s.device, s.stream_id, s.stream);
+            let marked = if s.flags & FLAG_MARKED != 0 {
+                s.correlation
+            } else {
+                u64::MAX
+            };
+            match streams.iter_mut().find(|q| q.key == key) {
+                Some(q) => {
+                    q.len += 1;
+                    q.first_marked = q.first_marked.min(marked);
+                    if (s.launch_ns, s.correlation) < (q.head.launch_ns, q.head.correlation) {
+                        q.head = s;
+                    }
+                }
+                None => streams.push(StreamQueue {
+                    key,
+                    head: s,
+                    len: 1,
+                    first_marked: marked,
+                }),
+            }
+        }
+        let marks_mode = self.marks_mode;
+        streams
+            .into_iter()
+            .map(|q| {
+                let StreamQueue {
+                    key,
+                    head: h,
+                    len: n,
+                    first_marked,
+                } = q;
+                let since = h
+                    .launch_ns
+                    .max(self.last_end.get(&h.stream_id).copied().unwrap_or(0))
+                    .max(self.marks.get(&h.stream_id).map_or(0, |m| m.1));
+                let mut kernel = view.name(h.name_id).unwrap_or_else(|| "?".into());
+                // Exact: per-kernel records, or the head has a mark right after it, or nothing
+                // else is unfinished on its stream.
+                let exact = !marks_mode || h.flags & FLAG_MARKED != 0 || n == 1;
+                let mut candidates = Vec::new();
+                let mut candidates_total = 0;
+                if !exact {
+                    let mut window: Vec<&InflightSlot> = live
+                        .iter()
+                        .filter(|s| {
+                            (s.device, s.stream_id, s.stream) == key
+                                && s.correlation <= first_marked
+                        })
+                        .collect();
+                    window.sort_by_key(|s| s.correlation);
+                    candidates_total = window.len();
+                    candidates = window
+                        .iter()
+                        .take(MAX_CANDIDATES)
+                        .map(|s| {
+                            let name = if s.graph_id != 0 {
+                                "(graph launch)".to_string()
+                            } else {
+                                view.name(s.name_id).unwrap_or_else(|| "?".into())
+                            };
+                            Candidate {
+                                kernel_demangled: demangle(&name),
+                                kernel: name,
+                                correlation: s.correlation,
+                                grid: s.grid,
+                                block: s.block,
+                                launched_ms_ago: now_ns.saturating_sub(s.launch_ns) as f64 / 1e6,
+                                graph_exec: s.graph_id,
+                            }
+                        })
+                        .collect();
+                    kernel = format!("(one of {candidates_total} kernels)");
+                }
+                let graph = (exact && h.graph_id != 0)
+                    .then(|| self.graph_progress(view, graphs.as_ref(), h.graph_id, h.correlation));
+                let times = HeadTimes {
+                    stream: h.stream,
+                    launch_ns: h.launch_ns,
+                    since_ns: since,
+                };
+                let (grid, block, cluster) = if exact {
+                    (h.grid, h.block, h.cluster)
+                } else {
+                    ([0; 3], [0; 3], [0; 3])
+                };
+                let head = StreamHead {
+                    pid,
+                    device: h.device,
+                    stream: format!("{:#x}", h.stream),
+                    stream_id: h.stream_id,
+                    kernel_demangled: if exact { demangle(&kernel) } else { None },
+                    kernel,
+                    correlation: h.correlation,
+                    grid,
+                    block,
+                    cluster,
+                    tid: h.tid,
+                    launched_ms_ago: now_ns.saturating_sub(h.launch_ns) as f64 / 1e6,
+                    running_ms: now_ns.saturating_sub(since) as f64 / 1e6,
+                    queued_behind: n - 1,
+                    graph,
+                    exact,
+                    candidates,
+                    candidates_total,
+                    judgement: None,
+                };
+                (head, times)
+            })
+            .collect()
+    }
+
+    fn graph_progress(
+        &self,
+        view: &JournalView,
+        graphs: Option<&crate::journal::Graphs>,
+        exec_id: u32,
+        correlation: u64,
+    ) -> GraphProgress {
+        let graph_id = graphs.and_then(|g| g.source_of(exec_id));
+        let done: HashSet<u64> = self
+            .nodes_done
+            .get(&correlation)
+            .map(|ids| {
+                ids.iter()
+                    .flat_map(|&id| [id, graphs.map_or(id, |g| g.origin(id))])
+                    .collect()
+            })
+            .unwrap_or_default();
+        let nodes: Vec<_> = match (graphs, graph_id) {
+            (Some(g), Some(gid)) => g.kernel_nodes(gid).copied().collect(),
+            _ => Vec::new(),
+        };
+        let node_progress = !self.marks_mode;
+        let not_completed: Vec<GraphNodeView> = nodes
+            .iter()
+            .filter(|n| !done.contains(&n.id))
+            .map(|n| {
+                let kernel = view.name(n.name_id).unwrap_or_else(|| "?".into());
+                GraphNodeView {
+                    node_id: n.id,
+                    kernel_demangled: demangle(&kernel),
+                    kernel,
+                }
+            })
+            .collect();
+        GraphProgress {
+            exec_id,
+            graph_id,
+            kernel_nodes: nodes.len(),
+            completed: nodes.len() - not_completed.len(),
+            not_completed,
+            node_progress,
+        }
+    }
+}
+
+/// A kernel (or graph node) completion record.
+pub fn is_completion(r: &RingRecord) -> bool {
+    r.kind == RECORD_KERNEL_DONE || r.kind == RECORD_NODE_DONE
+}
+
+/// A C++ mangled kernel name demangled; `None` for names that are not (Triton's, C's).
+pub fn demangle(name: &str) -> Option<String> {
+    if !name.starts_with("_Z") {
+        return None;
+    }
+    let sym = cpp_demangle::Symbol::new(name).ok()?;
+    sym.demangle(&cpp_demangle::DemangleOptions::default()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ptr::NonNull;
+
+    use cupti_shim::journal::{Completion, Launch, Writer};
+    use probe_common::journal::Layout;
+
+    use super::*;
+    use crate::journal::OwnedJournal;
+
+    const L: Layout = Layout {
+        threads_cap: 4,
+        inflight_cap: 64,
+        ring_cap: 64,
+        names_cap: 4,
+        graphs_cap: 8,
+        marks_cap: 4,
+    };
+
+    /// A journal of layout `L` and its writer (the journal outlives the writer's use).
+    fn journal() -> (OwnedJournal, Writer) {
+        let mut mem = OwnedJournal::zeroed(L.total_size() as usize);
+        // SAFETY: aligned, zeroed, sized; the caller keeps `mem` alive while it writes.
+        let w = unsafe { Writer::create(NonNull::new(mem.as_mut_ptr()).unwrap(), L, 1, 0, 0) };
+        (mem, w)
+    }
+
+    fn launch(w: &Writer, corr: u64, stream: u64, name: u32) {
+        w.launch(&Launch {
+            correlation: corr,
+            name_id: name,
+            launch_ns: corr * 1_000,
+            stream,
+            stream_id: stream as u32,
+            ..Launch::default()
+        });
+    }
+
+    #[test]
+    fn the_head_is_the_oldest_unretired_launch_and_later_evidence_retires_earlier_ones() {
+        let (mem, w) = journal();
+        let stuck = w.intern(b"stuck");
+        let other = w.intern(b"other");
+        // Stream 7: corr 1, 2 (its record never delivered), 3 completes; 4 stuck; 5, 6 queued.
+        for c in 1..=6 {
+            launch(&w, c, 7, if c == 4 { stuck } else { other });
+        }
+        w.complete(&Completion {
+            correlation: 3,
+            start_ns: 3_500,
+            end_ns: 3_900,
+            stream_id: 7,
+            device: 0,
+            graph_node: 0,
+        });
+        // Stream 9: corr 10, 11 retired by a synchronize of that stream returning.
+        launch(&w, 10, 9, other);
+        launch(&w, 11, 9, other);
+        w.synced(12, 9, 12_000);
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        cursor.advance(&view);
+        let heads = cursor.heads(1, &view, 10_000);
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        let h = &heads[0];
+        assert_eq!(
+            (h.kernel.as_str(), h.correlation, h.queued_behind),
+            ("stuck", 4, 2)
+        );
+        // Running since the previous kernel's end (3,900), not its own launch (4,000)? The later
+        // of the two: 4,000.
+        assert_eq!(h.running_ms, (10_000 - 4_000) as f64 / 1e6);
+        // A context-wide synchronize retires everything launched before it.
+        w.synced(100, probe_common::journal::ALL_STREAMS, 20_000);
+        cursor.advance(&view);
+        assert!(cursor.heads(1, &view, 30_000).is_empty());
+    }
+
+    #[test]
+    fn between_scans_heads_age_and_retire_but_new_ones_wait_for_the_next_scan() {
+        let (mem, w) = journal();
+        let (stuck, other) = (w.intern(b"stuck"), w.intern(b"other"));
+        launch(&w, 1, 7, stuck); // stream 7: never completes
+        launch(&w, 2, 9, other); // stream 9: completes between scans
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        const EVERY: u64 = 1_000_000;
+        cursor.advance(&view);
+        assert_eq!(cursor.heads_every(1, &view, 10_000, EVERY).len(), 2);
+        w.complete(&Completion {
+            correlation: 2,
+            start_ns: 2_500,
+            end_ns: 3_000,
+            stream_id: 9,
+            device: 0,
+            graph_node: 0,
+        });
+        launch(&w, 3, 9, other); // behind it on stream 9: found by the next scan only
+        cursor.advance(&view);
+        let between = cursor.heads_every(1, &view, 500_000, EVERY);
+        assert_eq!(between.len(), 1, "{between:?}");
+        assert_eq!(between[0].kernel, "stuck");
+        assert_eq!(between[0].running_ms, (500_000 - 1_000) as f64 / 1e6);
+        let rescanned = cursor.heads_every(1, &view, 1_010_000, EVERY);
+        let mut got: Vec<(&str, u64)> = rescanned
+            .iter()
+            .map(|h| (h.kernel.as_str(), h.correlation))
+            .collect();
+        got.sort();
+        assert_eq!(got, [("other", 3), ("stuck", 1)]);
+    }
+
+    #[test]
+    fn a_stuck_graph_launch_names_its_first_kernel_node_not_completed() {
+        let (mem, w) = journal();
+        let (pre, mid, post) = (
+            w.intern(b"_Z3prev"),
+            w.intern(b"_Z6middlePVi"),
+            w.intern(b"_Z4postv"),
+        );
+        // Graph 5 has kernel nodes 11, 12, 13; instantiation clones them into 21, 22, 23.
+        for (node, name) in [(11, pre), (12, mid), (13, post)] {
+            w.graph_kernel_node(node, 0, 5, name);
+        }
+        for (clone, original) in [(21, 11), (22, 12), (23, 13)] {
+            w.graph_kernel_node(clone, original, 6, 0);
+        }
+        assert_eq!(w.graph_exec(9, 5), 3);
+        assert_eq!(w.graph_exec_kernels(9), 3);
+        w.launch(&Launch {
+            correlation: 40,
+            launch_ns: 1_000,
+            stream: 7,
+            stream_id: 7,
+            graph_id: 9,
+            nodes_pending: 3,
+            ..Launch::default()
+        });
+        launch(&w, 41, 7, pre); // queued behind the graph
+        // The first node completes (reported by its clone's id): the graph launch stays in flight.
+        w.complete(&Completion {
+            correlation: 40,
+            start_ns: 1_100,
+            end_ns: 1_200,
+            stream_id: 7,
+            device: 0,
+            graph_node: 21,
+        });
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        assert_eq!(
+            cursor
+                .advance(&view)
+                .iter()
+                .filter(|r| is_completion(r))
+                .count(),
+            1
+        );
+        let heads = cursor.heads(1, &view, 10_000);
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        let g = heads[0].graph.as_ref().expect("a graph launch");
+        assert_eq!(
+            (g.exec_id, g.graph_id, g.kernel_nodes, g.completed),
+            (9, Some(5), 3, 1)
+        );
+        let names: Vec<&str> = g.not_completed.iter().map(|n| n.kernel.as_str()).collect();
+        assert_eq!(names, ["_Z6middlePVi", "_Z4postv"]);
+        assert_eq!(
+            g.not_completed[0].kernel_demangled.as_deref(),
+            Some("middle(int volatile*)")
+        );
+        assert_eq!(heads[0].queued_behind, 1);
+        // The other two nodes complete: the launch leaves the table.
+        for node in [22, 23] {
+            w.complete(&Completion {
+                correlation: 40,
+                start_ns: 1_300,
+                end_ns: 1_400,
+                stream_id: 7,
+                device: 0,
+                graph_node: node,
+            });
+        }
+        cursor.advance(&view);
+        let heads = cursor.heads(1, &view, 10_000);
+        assert_eq!(heads[0].correlation, 41, "{heads:?}");
+        assert!(heads[0].graph.is_none());
+    }
+
+    /// Stream marks (the default recording): launches up to a passed mark are done; the head
+    /// is named only when a mark follows it directly (or nothing follows it), otherwise the
+    /// launches up to the first mark are listed as candidates, never one of them alone.
+    #[test]
+    fn with_marks_the_stuck_kernel_is_named_or_narrowed_to_the_launches_between_two_marks() {
+        let (mem, w) = journal();
+        let mut words = vec![0u64; L.marks_cap as usize];
+        // SAFETY: marks_cap u64s that outlive the writer's use in this test.
+        unsafe { w.set_mark_words(words.as_mut_ptr()) };
+        w.set_record_mode(probe_common::journal::RECORD_MARKS, 8, 100);
+        let (a, b, stuck) = (w.intern(b"a"), w.intern(b"b"), w.intern(b"stuck"));
+        let slot7 = w.mark_slot(7 + 1, 0, 7).unwrap();
+        let slot9 = w.mark_slot(9 + 1, 0, 9).unwrap();
+        let on = |corr: u64, stream: u64, name: u32, slot: u32| {
+            w.launch(&Launch {
+                correlation: corr,
+                name_id: name,
+                launch_ns: corr * 1_000,
+                stream,
+                stream_id: stream as u32,
+                mark: slot + 1,
+                ..Launch::default()
+            });
+        };
+        // Stream 7: 1 (marked, passed), 2 a, 3 b, 4 stuck (marked after it, not passed), 5, 6.
+        on(1, 7, a, slot7);
+        w.set_marked(1);
+        for (c, n) in [(2, a), (3, b), (4, stuck)] {
+            on(c, 7, n, slot7);
+        }
+        w.set_marked(4);
+        on(5, 7, a, slot7);
+        on(6, 7, a, slot7);
+        // Stream 9: 10 passed; 11 stuck with a mark right after it; 12 queued.
+        on(10, 9, a, slot9);
+        w.set_marked(10);
+        on(11, 9, stuck, slot9);
+        w.set_marked(11);
+        on(12, 9, b, slot9);
+        words[slot7 as usize] = 1;
+        words[slot9 as usize] = 10;
+        w.publish_marks(50_000);
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        cursor.advance(&view);
+        let heads = cursor.heads(1, &view, 100_000);
+        assert_eq!(heads.len(), 2, "{heads:?}");
+        let s7 = heads.iter().find(|h| h.stream == "0x7").unwrap();
+        assert!(!s7.exact);
+        assert_eq!(s7.kernel, "(one of 3 kernels)");
+        let names: Vec<&str> = s7.candidates.iter().map(|c| c.kernel.as_str()).collect();
+        assert_eq!(
+            names,
+            ["a", "b", "stuck"],
+            "in launch order, up to the first mark"
+        );
+        assert_eq!((s7.candidates_total, s7.queued_behind), (3, 4));
+        assert_eq!(
+            s7.running_ms,
+            (100_000 - 50_000) as f64 / 1e6,
+            "since the mark was seen"
+        );
+        let s9 = heads.iter().find(|h| h.stream == "0x9").unwrap();
+        assert!(s9.exact, "{s9:?}");
+        assert_eq!((s9.kernel.as_str(), s9.queued_behind), ("stuck", 1));
+        assert!(s9.candidates.is_empty());
+        // Stream 7 passes its next mark: 2..4 done; 5 and 6 are left, none marked after:
+        // with two unfinished and no mark between, still candidates.
+        words[slot7 as usize] = 4;
+        w.publish_marks(60_000);
+        cursor.advance(&view);
+        let s7 = cursor
+            .heads(1, &view, 100_000)
+            .into_iter()
+            .find(|h| h.stream == "0x7")
+            .unwrap();
+        assert_eq!((s7.exact, s7.candidates_total), (false, 2));
+        // The writer reuses slots of launches a passed mark retired.
+        for c in 20..(20 + L.inflight_cap as u64) {
+            on(c, 7, a, slot7);
+            w.set_marked(c);
+            words[slot7 as usize] = c;
+        }
+        let drops: HashMap<_, _> = view.drops().into_iter().collect();
+        assert_eq!(drops["inflight_full"], 0, "retired slots were reused");
+    }
+
+    #[test]
+    fn a_launch_captured_into_a_graph_leaves_the_in_flight_table() {
+        let (mem, w) = journal();
+        launch(&w, 3, 7, 0);
+        w.captured(3, 5_000);
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        cursor.advance(&view);
+        assert!(cursor.heads(1, &view, 10_000).is_empty());
+    }
+}

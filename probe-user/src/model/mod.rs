@@ -1,0 +1,863 @@
+//! The live model of the watched processes: which thread is inside which driver call, since
+//! when, how often it yields, and how long finished calls took.
+//!
+//! Fed by `collector` (eBPF maps and rings, /proc); read by `report`, `watch` and `verdict`.
+//! Pure data and arithmetic, so it is unit-tested without root or a GPU.
+
+use std::collections::{BTreeMap, HashMap};
+
+use hdrhistogram::Histogram;
+use probe_common::{CALL_OPEN_ENDED, CallDone, InCall, api};
+
+use crate::{
+    process::code::TargetCode,
+    process::stackscan::{self, Found},
+    process::target::Target,
+};
+
+/// Api id of a thread found inside libcuda by stack scan when no entry point could be named.
+pub const UNKNOWN_ENTRY_POINT: u32 = u32::MAX;
+/// How such a thread's `api` reads in reports.
+pub const UNKNOWN_ENTRY_POINT_NAME: &str = "libcuda (entry point unknown)";
+
+pub fn api_name(id: u32) -> &'static str {
+    if id == UNKNOWN_ENTRY_POINT {
+        UNKNOWN_ENTRY_POINT_NAME
+    } else {
+        api::name(id)
+    }
+}
+
+/// Where we learned that a thread is inside a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeenBy {
+    /// The entry uprobe fired: start time and arguments are exact.
+    Uprobe,
+    /// A stack sample: the thread was already inside when wedgeprobe attached, so the time in
+    /// call is a lower bound and the arguments are unknown.
+    StackScan,
+    /// A stack sample, with the start time from the shim journal's slot for the thread: the
+    /// time in call is exact.
+    StackScanAndJournal,
+    /// The shim journal's slot for the thread (the shim saw it enter the call): start time
+    /// exact, arguments not recorded. How launches are seen when the launch probes are off.
+    Journal,
+}
+
+impl SeenBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeenBy::Uprobe => "uprobe",
+            SeenBy::StackScan => "stack-scan",
+            SeenBy::StackScanAndJournal => "stack-scan+journal",
+            SeenBy::Journal => "journal",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CurrentCall {
+    pub api: u32,
+    /// CLOCK_MONOTONIC ns the call began (or, for a stack scan, the earliest we know of).
+    pub since_ns: u64,
+    pub seen_by: SeenBy,
+    pub args: Option<InCall>,
+    /// For a call found by stack scan or journal: the thread's yield count at the first read
+    /// after the call was seen (yields are read only for threads in such calls; None until
+    /// then).
+    pub yields_at_first_seen: Option<u64>,
+    /// For a stack-scanned call: last time a sample confirmed it.
+    pub confirmed_ns: u64,
+}
+
+impl CurrentCall {
+    /// A launch traced without return probe: whether the thread is still inside is inferred.
+    pub fn open_ended(&self) -> bool {
+        self.args.is_some_and(|a| a.flags & CALL_OPEN_ENDED != 0)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ThreadState {
+    pub name: String,
+    pub uprobe_call: Option<CurrentCall>,
+    pub scanned_call: Option<CurrentCall>,
+    /// The call the shim journal says the thread is in.
+    pub journal_call: Option<CurrentCall>,
+    /// sched_yield calls since attach (from WP_THREAD_YIELDS).
+    pub yields_total: u64,
+    /// The latest stack scan of the thread: when, and whether it was inside libcuda.
+    pub last_scan: Option<(u64, bool)>,
+    /// The probes have seen this thread enter or leave a call since attach.
+    pub traced: bool,
+    /// CPU use over the last second (100 = one core), from /proc.
+    pub cpu_pct: f64,
+    /// Since when it has used ≥ 80% of a core without a break (0: not now).
+    pub busy_since_ns: u64,
+    /// Read at the first CPU reading: the thread had used ≥ 80% of a core on average since it
+    /// started, at this time — a spin that began before attach (the first rate then dates
+    /// `busy_since_ns` from here, not from the reading).
+    pub busy_from_start_ns: Option<u64>,
+    /// (utime + stime ticks, when) of the last CPU reading.
+    pub cpu_ticks: Option<(u64, u64)>,
+    /// The latest stack sample: (when, ip, words of the stack that point into code).
+    pub last_sample: Option<(u64, u64, Vec<u64>)>,
+}
+
+impl ThreadState {
+    /// The call the thread is in: exact data first (both probes, then the shim journal), an
+    /// inferred open-ended launch or a recent stack scan otherwise.
+    pub fn current(&self, now_ns: u64) -> Option<&CurrentCall> {
+        match &self.uprobe_call {
+            Some(c) if !c.open_ended() => Some(c),
+            // The journal's slot; a stack scan it confirmed says the same with more evidence.
+            _ if self.journal_call.is_some() => self
+                .scanned_call
+                .as_ref()
+                .filter(|c| {
+                    c.seen_by == SeenBy::StackScanAndJournal
+                        && now_ns.saturating_sub(c.confirmed_ns) < SCAN_VALID_NS
+                })
+                .or(self.journal_call.as_ref()),
+            Some(c) if self.open_call_active(c, now_ns) => Some(c),
+            _ => self
+                .scanned_call
+                .as_ref()
+                .filter(|c| now_ns.saturating_sub(c.confirmed_ns) < SCAN_VALID_NS),
+        }
+    }
+
+    /// Whether the thread is in a call with both probes (exact times, no inference).
+    pub fn call_is_exact(&self) -> bool {
+        self.uprobe_call.as_ref().is_some_and(|c| !c.open_ended())
+    }
+
+    /// Is a launch traced without return probe still under way? Yes while it yields (a launch
+    /// behind a full queue spins on sched_yield), or if a stack sample taken since it began
+    /// found the thread inside libcuda; no if one found it elsewhere. With neither, a young
+    /// launch counts as under way: on-CPU threads are sampled every 200 ms and sleeping ones
+    /// read every 250 ms, so the question is settled within OPEN_LAUNCH_GRACE_NS.
+    fn open_call_active(&self, c: &CurrentCall, now_ns: u64) -> bool {
+        let Some(a) = c.args else { return false };
+        if a.yields > 0 && now_ns.saturating_sub(a.last_yield_ns) < YIELDING_NS {
+            return true;
+        }
+        match self.last_scan {
+            Some((at, inside)) if at >= a.start_ns => inside,
+            _ => now_ns.saturating_sub(a.start_ns) < OPEN_LAUNCH_GRACE_NS,
+        }
+    }
+}
+
+/// Whether a thread's call is shown, given the process's shim journal: `recording` (its journal
+/// is being read) and `moving` (its GPU work moved within the last second).
+fn believed(c: &CurrentCall, recording: bool, moving: bool) -> bool {
+    if c.seen_by != SeenBy::StackScan {
+        return true;
+    }
+    // GPU work that keeps moving says a thread "inside libcuda, entry point unknown" is
+    // passing through, not stuck: a launch-bound thread is inside libcuda at nearly every
+    // sample (seen on the H200 with 8 PyTorch processes).
+    if moving && c.api == UNKNOWN_ENTRY_POINT {
+        return false;
+    }
+    // The journal is exact for launches, synchronizes and copies: a scan alone that puts a
+    // thread in one (a sample taken after the journal was read this tick) is a launch-bound
+    // thread passing through; H200: "in cuLaunchKernel for ≥ 16.3 s", since attach, for a
+    // thread launching all along.
+    !(recording && api::class(c.api).is_some())
+}
+
+/// A thread that yielded this recently is still spinning (72,000 yields/s when blocked).
+const YIELDING_NS: u64 = 100_000_000;
+/// See `ThreadState::open_call_active`.
+const OPEN_LAUNCH_GRACE_NS: u64 = 500_000_000;
+
+/// A stack-scanned call is believed for this long after its last confirming sample. Samples of
+/// a spinning thread come every 200 ms; a sleeping thread is re-read from /proc every 250 ms.
+const SCAN_VALID_NS: u64 = 1_000_000_000;
+
+pub struct ProcessState {
+    pub target: Target,
+    pub code: TargetCode,
+    pub attached_ns: u64,
+    pub exited: bool,
+    pub threads: BTreeMap<u32, ThreadState>,
+    /// Threads that existed when wedgeprobe attached: only they can be inside a call that
+    /// began before attach (a stack-scanned call).
+    pub threads_at_attach: std::collections::BTreeSet<u32>,
+    /// Last sign of GPU work: a launch, completion, synchronize or mark in the journal (at
+    /// its own time, possibly before attach), or a driver call returning (CLOCK_MONOTONIC ns;
+    /// attach time at first, the journal's creation once it is opened).
+    pub last_progress_ns: u64,
+    /// A shim journal tells the GPU work from before attach: `last_progress_ns` may predate
+    /// it. Without one, nothing before attach is known.
+    pub progress_known_before_attach: bool,
+}
+
+/// Latency of finished calls of one entry point.
+pub struct ApiLatency {
+    pub ns: Histogram<u64>,
+    pub errors: u64,
+}
+
+pub struct Model {
+    pub procs: BTreeMap<u32, ProcessState>,
+    pub latency: Vec<ApiLatency>,
+    /// (pid, CUfunction/CUkernel handle) → kernel name.
+    pub kernel_names: HashMap<(u32, u64), String>,
+    /// Sums of the eBPF loss counters.
+    pub lost: [u64; probe_common::counters::LEN as usize],
+    /// Records on the rings that did not decode (wrong size or kind): counted, never trusted.
+    pub bad_records: u64,
+    /// Per pid: the oldest in-flight kernel of each stream, from the shim journal.
+    pub kernels: HashMap<u32, Vec<crate::journal::heads::StreamHead>>,
+    /// Per pid: the state of its shim journal (absent: the process has none).
+    pub journals: HashMap<u32, JournalInfo>,
+    /// Durations of completed kernels per name, for the kernels' bounds.
+    pub history: crate::verdict::kernel::History,
+    /// `WEDGEPROBE_DEBUG_SCAN` is set: print every stack scan (read once, not per sample).
+    debug_scan: bool,
+}
+
+/// What a report says about a process's shim journal.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct JournalInfo {
+    pub path: String,
+    /// `recording`, `shim_off`, or `rejected: <reason>`.
+    pub status: String,
+    pub heartbeat_age_ms: Option<f64>,
+    /// How the shim learns completions: `marks` (stream progress marks, the default) or
+    /// `per-kernel` (a CUPTI record per kernel: exact names and graph nodes).
+    pub record: &'static str,
+    /// Per-kernel completion records read (per-kernel mode).
+    pub completions_seen: u64,
+    /// Stream marks seen advancing (marks mode): each proves every launch before it done.
+    pub marks_passed: u64,
+    /// Ring records overwritten before wedgeprobe read them.
+    pub ring_lost: u64,
+    /// Ring records deliberately not read (the daemon reads at most the newest few thousand
+    /// per process per tick).
+    pub ring_skipped: u64,
+    /// The shim's own drop counters.
+    pub drops: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// One thread inside a driver call, as reports show it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ThreadView {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    pub api: &'static str,
+    /// `api` as its `probe_common::api` id (or UNKNOWN_ENTRY_POINT), for the verdict.
+    #[serde(skip)]
+    pub api_id: u32,
+    pub in_call_ms: f64,
+    /// True when the thread was already inside when wedgeprobe attached: `in_call_ms` is then
+    /// the time since attach, a lower bound.
+    pub in_call_at_least: bool,
+    pub blocked: bool,
+    pub sched_yield_per_s: f64,
+    /// `CUstream` as hex (`0x0` legacy default, `0x2` per-thread default); null if unknown.
+    pub stream: Option<String>,
+    /// The launched `CUfunction` / graph exec / event, as hex.
+    pub handle: Option<String>,
+    /// Kernel name, when a `cuModuleGetFunction`-like lookup of the handle was seen.
+    pub kernel: Option<String>,
+    pub grid: Option<[u32; 3]>,
+    pub block: Option<[u32; 3]>,
+    pub seen_by: &'static str,
+    /// Reports only, for blocked threads of CPython processes: the Python frames, innermost
+    /// first (null when not read or not Python).
+    pub python_stack: Option<Vec<String>>,
+}
+
+#[cfg(test)]
+impl ThreadView {
+    /// A thread of pid 1 in `api` for `ms`, blocked at `bound_ms` (tid derived from `ms`, so
+    /// threads made with different times are different threads).
+    pub fn for_test(api: &'static str, ms: f64, bound_ms: f64) -> Self {
+        ThreadView {
+            pid: 1,
+            tid: ms as u32,
+            name: "w".into(),
+            api,
+            api_id: api::id_of(api).unwrap_or(UNKNOWN_ENTRY_POINT),
+            in_call_ms: ms,
+            in_call_at_least: false,
+            blocked: ms >= bound_ms,
+            sched_yield_per_s: 0.0,
+            stream: Some("0x0".into()),
+            handle: None,
+            kernel: None,
+            grid: None,
+            block: None,
+            seen_by: "uprobe",
+            python_stack: None,
+        }
+    }
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Model {
+    pub fn new() -> Self {
+        let latency = (0..api::COUNT)
+            .map(|_| ApiLatency {
+                // 1 ns .. 1 hour at 3 significant digits: ~200 KiB per entry point.
+                ns: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                    .expect("static bounds are valid"),
+                errors: 0,
+            })
+            .collect();
+        Self {
+            procs: BTreeMap::new(),
+            latency,
+            kernel_names: HashMap::new(),
+            lost: [0; probe_common::counters::LEN as usize],
+            bad_records: 0,
+            kernels: HashMap::new(),
+            journals: HashMap::new(),
+            history: Default::default(),
+            debug_scan: std::env::var_os("WEDGEPROBE_DEBUG_SCAN").is_some(),
+        }
+    }
+
+    pub fn add_process(&mut self, target: Target, code: TargetCode, now_ns: u64) {
+        let threads_at_attach = target.threads().into_iter().collect();
+        self.procs.insert(
+            target.pid,
+            ProcessState {
+                target,
+                code,
+                attached_ns: now_ns,
+                exited: false,
+                threads: BTreeMap::new(),
+                threads_at_attach,
+                last_progress_ns: now_ns,
+                progress_known_before_attach: false,
+            },
+        );
+    }
+
+    fn thread(&mut self, pid: u32, tid: u32) -> Option<&mut ThreadState> {
+        let p = self.procs.get_mut(&pid)?;
+        let target = &p.target;
+        Some(p.threads.entry(tid).or_insert_with(|| ThreadState {
+            name: target.thread_name(tid),
+            ..Default::default()
+        }))
+    }
+
+    pub fn on_call_done(&mut self, ev: &CallDone) {
+        self.progress(ev.header.tgid, ev.end_ns);
+        let api = ev.call.api;
+        if let Some(lat) = self.latency.get_mut(api as usize) {
+            lat.ns
+                .saturating_record(ev.end_ns.saturating_sub(ev.call.start_ns).max(1));
+            if ev.result != 0 {
+                lat.errors += 1;
+            }
+        }
+        if let Some(t) = self.thread(ev.header.tgid, ev.header.tid) {
+            t.traced = true;
+            // It returned from something, so it is no longer in the call a scan found.
+            t.scanned_call = None;
+        }
+    }
+
+    pub fn on_kernel_name(&mut self, pid: u32, handle: u64, alias_of: u64, name: &[u8]) {
+        let name = if alias_of != 0 {
+            match self.kernel_names.get(&(pid, alias_of)) {
+                Some(n) => n.clone(),
+                None => return,
+            }
+        } else {
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            // Bytes from the target's memory: keep them printable.
+            String::from_utf8_lossy(&name[..end])
+                .chars()
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect()
+        };
+        if !name.is_empty() {
+            self.kernel_names.insert((pid, handle), name);
+        }
+    }
+
+    /// A stack sample (on-CPU from eBPF, or off-CPU from /proc): finds the entry point, if any.
+    /// A sleeping thread is still where its last scan found it (same sp and pc): that scan's
+    /// answer stands, as of now.
+    pub fn confirm_scan(&mut self, pid: u32, tid: u32, now_ns: u64) {
+        let Some(t) = self.thread(pid, tid) else {
+            return;
+        };
+        if let Some((_, inside)) = t.last_scan {
+            t.last_scan = Some((now_ns, inside));
+        }
+        if let Some(c) = t.scanned_call.as_mut() {
+            c.confirmed_ns = now_ns;
+        }
+    }
+
+    /// Returns whether the stack was inside libcuda.
+    pub fn on_stack(&mut self, pid: u32, tid: u32, ip: u64, stack: &[u8], now_ns: u64) -> bool {
+        let Some(p) = self.procs.get(&pid) else {
+            return false;
+        };
+        let found = stackscan::entry_point(ip, stack, &p.code).map(|f| match f {
+            Found::EntryPoint(id) => id,
+            Found::UnknownEntryPoint => UNKNOWN_ENTRY_POINT,
+        });
+        let attached = p.attached_ns;
+        let existed_at_attach = p.threads_at_attach.contains(&tid);
+        if self.debug_scan {
+            eprintln!(
+                "scan pid {pid} tid {tid} -> {found:?}: {}",
+                stackscan::explain(ip, stack, &p.code)
+            );
+        }
+        let frames = stackscan::code_words(stack, &p.code, 48);
+        let inside = found.is_some();
+        let Some(t) = self.thread(pid, tid) else {
+            return inside;
+        };
+        t.last_sample = Some((now_ns, ip, frames));
+        t.last_scan = Some((now_ns, inside));
+        if t.uprobe_call.is_some() {
+            return inside;
+        }
+        // A call found by scan began before attach: impossible for a thread created since, or
+        // one the probes have seen call since (its sample can arrive before its entry is read).
+        if !existed_at_attach || t.traced {
+            t.scanned_call = None;
+            return inside;
+        }
+        match found {
+            Some(api) => match &mut t.scanned_call {
+                Some(c) if c.api == api => c.confirmed_ns = now_ns,
+                slot => {
+                    *slot = Some(CurrentCall {
+                        api,
+                        since_ns: attached,
+                        seen_by: SeenBy::StackScan,
+                        args: None,
+                        yields_at_first_seen: None,
+                        confirmed_ns: now_ns,
+                    })
+                }
+            },
+            None => t.scanned_call = None,
+        }
+        inside
+    }
+
+    /// The in-call table as read from WP_IN_CALL; threads absent from it are in no call we saw
+    /// begin.
+    pub fn set_in_call(&mut self, entries: &[(u32, InCall)]) {
+        for p in self.procs.values_mut() {
+            for t in p.threads.values_mut() {
+                t.uprobe_call = None;
+            }
+        }
+        for (tid, call) in entries {
+            if let Some(t) = self.thread(call.tgid, *tid) {
+                t.uprobe_call = Some(CurrentCall {
+                    api: call.api,
+                    since_ns: call.start_ns,
+                    seen_by: SeenBy::Uprobe,
+                    args: Some(*call),
+                    yields_at_first_seen: None,
+                    confirmed_ns: call.start_ns,
+                });
+                t.scanned_call = None;
+                t.traced = true;
+            }
+        }
+    }
+
+    /// The shim journal's "thread T is inside API X since S" slots: a call found by stack scan
+    /// (begun before attach) gets its exact start, when the journal agrees on the entry point.
+    /// The journal's per-thread slots: which threads the shim sees inside a call now. They
+    /// replace what the last call said (a thread absent from `calls` is in no call the shim
+    /// traces), and refine stack-scanned calls with their exact start.
+    pub fn set_journal_calls(
+        &mut self,
+        pid: u32,
+        calls: &[crate::journal::ThreadInCall],
+        now_ns: u64,
+    ) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        for (&tid, t) in p.threads.iter_mut() {
+            if !calls.iter().any(|c| c.tid == tid) {
+                t.journal_call = None;
+                // The shim sees every launch, synchronize and copy: a stack scan that put
+                // the thread inside one of those is stale (a launch-bound thread is inside
+                // libcuda at nearly every sample, a new launch each time).
+                if t.scanned_call
+                    .as_ref()
+                    .is_some_and(|sc| api::class(sc.api).is_some())
+                {
+                    t.scanned_call = None;
+                }
+            }
+        }
+        for c in calls {
+            if api::class(c.api).is_none() {
+                continue;
+            }
+            let name = p.target.thread_name(c.tid);
+            let t = p.threads.entry(c.tid).or_insert_with(|| ThreadState {
+                name,
+                ..ThreadState::default()
+            });
+            let same = t
+                .journal_call
+                .as_ref()
+                .is_some_and(|j| j.api == c.api && j.since_ns == c.since_ns);
+            if !same {
+                t.journal_call = Some(CurrentCall {
+                    api: c.api,
+                    since_ns: c.since_ns,
+                    seen_by: SeenBy::Journal,
+                    args: None,
+                    yields_at_first_seen: None,
+                    confirmed_ns: now_ns,
+                });
+            }
+            if let Some(sc) = t.scanned_call.as_mut()
+                && (sc.api == c.api || sc.api == UNKNOWN_ENTRY_POINT)
+                && api::class(c.api).is_some()
+            {
+                sc.api = c.api;
+                sc.since_ns = c.since_ns;
+                sc.seen_by = SeenBy::StackScanAndJournal;
+            }
+        }
+    }
+
+    pub fn set_yields(&mut self, pid: u32, tid: u32, total: u64) {
+        if let Some(t) = self
+            .procs
+            .get_mut(&pid)
+            .and_then(|p| p.threads.get_mut(&tid))
+        {
+            t.yields_total = total;
+            for c in [&mut t.journal_call, &mut t.scanned_call]
+                .into_iter()
+                .flatten()
+            {
+                c.yields_at_first_seen.get_or_insert(total);
+            }
+        }
+    }
+
+    /// Threads whose yield count is used: those in a call found by stack scan or journal (a
+    /// call seen by both probes carries its own count). Reading every thread's cost one map
+    /// lookup per thread per tick — ~60 threads per PyTorch process.
+    pub fn threads_needing_yields(&self) -> Vec<(u32, u32)> {
+        self.procs
+            .iter()
+            .flat_map(|(&pid, p)| {
+                p.threads
+                    .iter()
+                    .filter(|(_, t)| t.journal_call.is_some() || t.scanned_call.is_some())
+                    .map(move |(&tid, _)| (pid, tid))
+            })
+            .collect()
+    }
+
+    /// Every thread inside a driver call right now, longest first.
+    pub fn threads_in_calls(&self, now_ns: u64, blocked_after_ns: u64) -> Vec<ThreadView> {
+        let mut out = Vec::new();
+        for (&pid, p) in &self.procs {
+            let recording = self
+                .journals
+                .get(&pid)
+                .is_some_and(|j| j.status == "recording");
+            let moving = recording && now_ns.saturating_sub(p.last_progress_ns) < 1_000_000_000;
+            for (&tid, t) in &p.threads {
+                let Some(c) = t.current(now_ns) else { continue };
+                if !believed(c, recording, moving) {
+                    continue;
+                }
+                let in_call_ns = now_ns.saturating_sub(c.since_ns);
+                let secs = in_call_ns as f64 / 1e9;
+                let yields = match &c.args {
+                    Some(a) => a.yields,
+                    None => c
+                        .yields_at_first_seen
+                        .map_or(0, |first| t.yields_total.saturating_sub(first)),
+                };
+                let args = c.args.as_ref();
+                let has_stream = args.is_some_and(|a| {
+                    matches!(
+                        api::shape(a.api),
+                        Some(
+                            api::ArgShape::Launch
+                                | api::ArgShape::LaunchEx
+                                | api::ArgShape::GraphLaunch
+                                | api::ArgShape::StreamSync
+                        )
+                    )
+                });
+                let is_launch = args.is_some_and(|a| {
+                    matches!(
+                        api::shape(a.api),
+                        Some(api::ArgShape::Launch | api::ArgShape::LaunchEx)
+                    )
+                });
+                out.push(ThreadView {
+                    pid,
+                    tid,
+                    name: t.name.clone(),
+                    api: api_name(c.api),
+                    api_id: c.api,
+                    in_call_ms: in_call_ns as f64 / 1e6,
+                    in_call_at_least: c.seen_by == SeenBy::StackScan,
+                    blocked: in_call_ns >= blocked_after_ns,
+                    sched_yield_per_s: if secs > 0.0 {
+                        yields as f64 / secs
+                    } else {
+                        0.0
+                    },
+                    stream: args
+                        .filter(|_| has_stream)
+                        .map(|a| format!("{:#x}", a.stream)),
+                    handle: args
+                        .filter(|a| a.handle != 0)
+                        .map(|a| format!("{:#x}", a.handle)),
+                    kernel: args
+                        .filter(|_| is_launch)
+                        .and_then(|a| self.kernel_names.get(&(pid, a.handle)).cloned()),
+                    grid: args.filter(|_| is_launch).map(|a| a.grid),
+                    block: args.filter(|_| is_launch).map(|a| a.block),
+                    seen_by: c.seen_by.as_str(),
+                    python_stack: None,
+                });
+            }
+        }
+        out.sort_by(|a, b| b.in_call_ms.total_cmp(&a.in_call_ms));
+        out
+    }
+
+    /// Everything about `pid` (the daemon forgets processes that exited).
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.kernel_names.retain(|(p, _), _| *p != pid);
+        self.kernels.remove(&pid);
+        self.journals.remove(&pid);
+        self.history.forget(pid);
+    }
+
+    /// Some target's shim journal is being read (so kernels can be named).
+    pub fn journal_read(&self) -> bool {
+        self.journals
+            .values()
+            .any(|j| !j.status.starts_with("rejected"))
+    }
+
+    /// Whether `pid`'s kernels are known: its shim journal is recording (without one, eBPF
+    /// alone cannot see what runs on the GPU).
+    pub fn kernels_known(&self, pid: u32) -> bool {
+        self.journals
+            .get(&pid)
+            .is_some_and(|j| j.status == "recording")
+    }
+
+    /// Every process's stream heads, longest running first.
+    pub fn kernel_heads(&self) -> Vec<crate::journal::heads::StreamHead> {
+        let mut heads: Vec<_> = self.kernels.values().flatten().cloned().collect();
+        heads.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
+        heads
+    }
+
+    /// Something of `pid`'s GPU work moved at `at_ns`.
+    pub fn progress(&mut self, pid: u32, at_ns: u64) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.last_progress_ns = p.last_progress_ns.max(at_ns);
+        }
+    }
+
+    /// `pid`'s shim journal, created at `created_ns`, is read from now on: it holds every
+    /// launch and completion since then, so the last sign of GPU work is what it says (the
+    /// creation itself when it says nothing) — possibly long before attach. A stall that
+    /// began before attach is then measured from its real start (issue 13: a boot deadlock
+    /// reported healthy because `--stall-after` counted from attach).
+    pub fn journal_opened(&mut self, pid: u32, created_ns: u64) {
+        if let Some(p) = self.procs.get_mut(&pid)
+            && !p.progress_known_before_attach
+        {
+            p.progress_known_before_attach = true;
+            p.last_progress_ns = if created_ns <= p.attached_ns {
+                created_ns
+            } else {
+                // CUDA initialised after attach: nothing before it to know.
+                p.last_progress_ns.max(created_ns)
+            };
+        }
+    }
+
+    /// Per-thread CPU use, read from /proc once a second: `ticks` = utime + stime, `alive_ns`
+    /// how long the thread has existed (at the first reading, its whole life is the window).
+    pub fn set_cpu(&mut self, pid: u32, tid: u32, ticks: u64, alive_ns: Option<u64>, now_ns: u64) {
+        let hz = crate::sys::clock_ticks_per_s();
+        let Some(t) = self.thread(pid, tid) else {
+            return;
+        };
+        if let Some((prev, at)) = t.cpu_ticks
+            && now_ns > at
+        {
+            let secs = (now_ns - at) as f64 / 1e9;
+            t.cpu_pct = (ticks.saturating_sub(prev) as f64 / hz) / secs * 100.0;
+            if t.cpu_pct >= 80.0 {
+                if t.busy_since_ns == 0 {
+                    t.busy_since_ns = t.busy_from_start_ns.unwrap_or(at);
+                }
+            } else {
+                t.busy_since_ns = 0;
+                t.busy_from_start_ns = None;
+            }
+        } else if let Some(alive) = alive_ns.filter(|&a| a > 0) {
+            let life_pct = (ticks as f64 / hz) / (alive as f64 / 1e9) * 100.0;
+            t.busy_from_start_ns = (life_pct >= 80.0).then(|| now_ns.saturating_sub(alive));
+        }
+        t.cpu_ticks = Some((ticks, now_ns));
+    }
+
+    /// GPU work moves again: per-thread CPU is not read meanwhile, and a later reading starts
+    /// afresh (no thread is busy "since" before the pause).
+    pub fn clear_cpu(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            for t in p.threads.values_mut() {
+                t.cpu_ticks = None;
+                t.cpu_pct = 0.0;
+                t.busy_since_ns = 0;
+                t.busy_from_start_ns = None;
+            }
+        }
+    }
+
+    /// Forgets threads that no longer exist; returns their tids so their map entries go too.
+    pub fn prune_threads(&mut self, pid: u32, alive: &[u32]) -> Vec<u32> {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return Vec::new();
+        };
+        let gone: Vec<u32> = p
+            .threads
+            .keys()
+            .copied()
+            .filter(|t| alive.binary_search(t).is_err())
+            .collect();
+        for t in &gone {
+            p.threads.remove(t);
+        }
+        gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn open_launch(start_ns: u64, yields: u64, last_yield_ns: u64) -> ThreadState {
+        let args = InCall {
+            start_ns,
+            yields,
+            last_yield_ns,
+            flags: CALL_OPEN_ENDED,
+            ..InCall::default()
+        };
+        ThreadState {
+            uprobe_call: Some(CurrentCall {
+                api: 0,
+                since_ns: start_ns,
+                seen_by: SeenBy::Uprobe,
+                args: Some(args),
+                yields_at_first_seen: None,
+                confirmed_ns: start_ns,
+            }),
+            ..ThreadState::default()
+        }
+    }
+
+    #[test]
+    fn open_launch_that_keeps_yielding_is_inside() {
+        let t = open_launch(1000 * MS, 50_000, 4990 * MS);
+        assert!(t.current(5000 * MS).is_some());
+        assert!(!t.call_is_exact());
+    }
+
+    #[test]
+    fn open_launch_that_stopped_yielding_and_was_seen_outside_has_returned() {
+        let mut t = open_launch(1000 * MS, 50_000, 1200 * MS);
+        t.last_scan = Some((1300 * MS, false));
+        assert!(t.current(5000 * MS).is_none());
+    }
+
+    #[test]
+    fn open_launch_confirmed_by_a_sample_is_inside() {
+        let mut t = open_launch(1000 * MS, 0, 0);
+        t.last_scan = Some((4900 * MS, true));
+        assert!(t.current(5000 * MS).is_some());
+    }
+
+    #[test]
+    fn open_launch_with_no_evidence_is_inside_only_while_young() {
+        let mut t = open_launch(1000 * MS, 0, 0);
+        // A sample from before the launch began says nothing about it.
+        t.last_scan = Some((900 * MS, true));
+        assert!(t.current(1100 * MS).is_some());
+        assert!(t.current(2000 * MS).is_none());
+    }
+
+    #[test]
+    fn with_a_recording_journal_a_scan_alone_never_puts_a_thread_in_a_launch() {
+        let call = |api, seen_by| CurrentCall {
+            api,
+            since_ns: 0,
+            seen_by,
+            args: None,
+            yields_at_first_seen: None,
+            confirmed_ns: 0,
+        };
+        let launch = api::id_of("cuLaunchKernel").unwrap();
+        let scanned = call(launch, SeenBy::StackScan);
+        assert!(!believed(&scanned, true, false));
+        assert!(
+            believed(&scanned, false, false),
+            "no journal: the scan is all there is"
+        );
+        assert!(believed(
+            &call(launch, SeenBy::StackScanAndJournal),
+            true,
+            true
+        ));
+        assert!(believed(&call(launch, SeenBy::Journal), true, true));
+        let unknown = call(UNKNOWN_ENTRY_POINT, SeenBy::StackScan);
+        assert!(!believed(&unknown, true, true));
+        assert!(
+            believed(&unknown, true, false),
+            "GPU work stopped: it may be stuck there"
+        );
+    }
+
+    #[test]
+    fn closed_calls_need_no_inference() {
+        let mut t = open_launch(1000 * MS, 0, 0);
+        if let Some(c) = t.uprobe_call.as_mut().and_then(|c| c.args.as_mut()) {
+            c.flags = 0;
+        }
+        assert!(t.call_is_exact());
+        assert!(t.current(9000 * MS).is_some());
+    }
+}

@@ -1,0 +1,465 @@
+//! `wedgeprobe report`: one snapshot of "what is this process waiting on right now", as text
+//! or JSON (schema in the README; fields are only ever added).
+
+use std::io::Write;
+
+use probe_common::{api, counters};
+use serde::Serialize;
+
+use crate::{
+    model::{Model, ThreadView},
+    verdict::{self, Verdict, fmt_duration},
+};
+
+#[derive(Serialize)]
+pub struct Report {
+    pub wedgeprobe_version: &'static str,
+    /// `ebpf-only` until the CUPTI shim exists.
+    pub mode: &'static str,
+    pub observed_ms: f64,
+    pub blocked_after_ms: f64,
+    /// Launches had return probes: launch latencies are in `latency`.
+    pub launch_returns: bool,
+    pub targets: Vec<TargetReport>,
+    pub threads: Vec<ThreadView>,
+    /// Per stream, the oldest kernel not yet completed (from shim journals), longest running
+    /// first. Empty in eBPF-only mode.
+    pub kernels: Vec<crate::journal::heads::StreamHead>,
+    pub latency: Vec<LatencyReport>,
+    /// Every loss, by name; all zero in a complete report.
+    pub lost: std::collections::BTreeMap<&'static str, u64>,
+    pub verdict: Verdict,
+    /// Targets grouped into jobs (two or more ranks): each rank's state and the culprit.
+    pub jobs: Vec<crate::verdict::job::JobView>,
+    /// Processes with no GPU work and no kernel in flight whose threads spin on the host.
+    pub host_stalls: Vec<crate::verdict::host_stall::HostStall>,
+    /// This node, and the clock pair taken when the report was built: `wedgeprobe merge`
+    /// aligns reports of several nodes with it (times in `kernels`/`threads` are relative to
+    /// this instant).
+    pub host: String,
+    pub clock: Clock,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize)]
+pub struct Clock {
+    pub monotonic_ns: u64,
+    pub realtime_ns: u64,
+}
+
+#[derive(Serialize)]
+pub struct TargetReport {
+    pub pid: u32,
+    pub comm: String,
+    pub libcuda: String,
+    pub exited: bool,
+    pub traced_entry_points: usize,
+    /// How launches are traced by eBPF: "entry+return", "entry", or "off (…)" when the shim
+    /// journal records them.
+    pub launch_probes: &'static str,
+    pub missing_symbols: Vec<&'static str>,
+    pub kernel_names_known: usize,
+    /// The process's shim journal; null when it runs without the shim.
+    pub journal: Option<crate::model::JournalInfo>,
+}
+
+#[derive(Serialize)]
+pub struct LatencyReport {
+    pub api: &'static str,
+    pub count: u64,
+    pub errors: u64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+/// Python frames for the blocked threads and the spinning ones, one read per process (only
+/// processes with such threads are read).
+fn attach_python_stacks(
+    threads: &mut [ThreadView],
+    stalls: &mut [crate::verdict::host_stall::HostStall],
+) {
+    let mut pids: Vec<u32> = threads
+        .iter()
+        .filter(|t| t.blocked)
+        .map(|t| t.pid)
+        .chain(stalls.iter().map(|s| s.pid))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    for pid in pids {
+        let Some(stacks) = crate::process::pystack::stacks(pid) else {
+            continue;
+        };
+        for t in threads.iter_mut().filter(|t| t.pid == pid && t.blocked) {
+            t.python_stack = stacks.get(&t.tid).cloned();
+        }
+        for s in stalls.iter_mut().filter(|s| s.pid == pid) {
+            for t in &mut s.threads {
+                t.python_stack = stacks.get(&t.tid).cloned();
+            }
+        }
+    }
+}
+
+/// Per-target facts the model does not keep (from attach time).
+pub struct TargetFacts {
+    pub traced: usize,
+    pub launch_probes: &'static str,
+    pub missing: Vec<&'static str>,
+}
+
+impl Report {
+    pub fn build(
+        model: &Model,
+        facts: &std::collections::HashMap<u32, TargetFacts>,
+        now_ns: u64,
+        observed_ms: f64,
+        blocked_after_ms: f64,
+        launch_returns: bool,
+        bounds: &crate::verdict::kernel::Bounds,
+    ) -> Self {
+        let mut threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
+        let any_alive = model.procs.values().any(|p| !p.exited);
+        let mut kernels = model.kernel_heads();
+        let with_journal = model.journal_read();
+        let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive, with_journal);
+        verdict::apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
+        let mut host_stalls = crate::verdict::host_stall::find(model, now_ns);
+        verdict::apply_host_stalls(&mut verdict, &host_stalls);
+        attach_python_stacks(&mut threads, &mut host_stalls);
+        let infos: Vec<crate::verdict::job::RankInfo> = model
+            .procs
+            .keys()
+            .map(|&pid| crate::verdict::job::read_rank_info(pid))
+            .collect();
+        let jobs = crate::verdict::job::analyze(
+            &infos,
+            &kernels,
+            crate::verdict::job::one_job(),
+            &|pid| model.kernels_known(pid),
+        );
+        if let Some(c) = jobs.iter().find_map(|j| j.culprit.as_ref()) {
+            verdict.summary = format!("{} Job: {}", verdict.summary, c.summary);
+        }
+        let targets = model
+            .procs
+            .values()
+            .map(|p| TargetReport {
+                pid: p.target.pid,
+                comm: p.target.comm.clone(),
+                libcuda: p.target.libcuda.clone(),
+                exited: p.exited,
+                traced_entry_points: facts.get(&p.target.pid).map_or(0, |f| f.traced),
+                launch_probes: facts.get(&p.target.pid).map_or("?", |f| f.launch_probes),
+                missing_symbols: facts
+                    .get(&p.target.pid)
+                    .map_or(Vec::new(), |f| f.missing.clone()),
+                kernel_names_known: model
+                    .kernel_names
+                    .keys()
+                    .filter(|(pid, _)| *pid == p.target.pid)
+                    .count(),
+                journal: model.journals.get(&p.target.pid).cloned(),
+            })
+            .collect();
+        let us = |ns: u64| ns as f64 / 1e3;
+        let latency = model
+            .latency
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.ns.is_empty())
+            .map(|(id, l)| LatencyReport {
+                api: api::name(id as u32),
+                count: l.ns.len(),
+                errors: l.errors,
+                p50_us: us(l.ns.value_at_quantile(0.5)),
+                p90_us: us(l.ns.value_at_quantile(0.9)),
+                p99_us: us(l.ns.value_at_quantile(0.99)),
+                max_us: us(l.ns.max()),
+            })
+            .collect();
+        let mut lost: std::collections::BTreeMap<&'static str, u64> = counters::NAMES
+            .iter()
+            .zip(model.lost)
+            .filter(|(n, _)| !n.starts_with("reserved"))
+            .map(|(n, v)| (*n, v))
+            .collect();
+        lost.insert("undecodable_records", model.bad_records);
+        Self {
+            wedgeprobe_version: env!("CARGO_PKG_VERSION"),
+            mode: if with_journal {
+                "journal+ebpf"
+            } else {
+                "ebpf-only"
+            },
+            observed_ms,
+            blocked_after_ms,
+            launch_returns,
+            targets,
+            threads,
+            kernels,
+            latency,
+            lost,
+            verdict,
+            jobs,
+            host_stalls,
+            host: crate::sys::hostname(),
+            clock: Clock {
+                monotonic_ns: now_ns,
+                realtime_ns: crate::sys::realtime_ns(),
+            },
+        }
+    }
+
+    pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        for t in &self.targets {
+            writeln!(
+                out,
+                "process {} ({}){}  mode: {}  libcuda: {}  ({} entry points traced{}; launch probes: {})",
+                t.pid,
+                t.comm,
+                if t.exited { " EXITED" } else { "" },
+                self.mode,
+                t.libcuda,
+                t.traced_entry_points,
+                if t.missing_symbols.is_empty() {
+                    String::new()
+                } else {
+                    format!(", not exported: {}", t.missing_symbols.join(", "))
+                },
+                t.launch_probes
+            )?;
+        }
+        writeln!(out)?;
+        if self.threads.is_empty() {
+            writeln!(out, "no thread is inside a CUDA driver call")?;
+        } else {
+            writeln!(out, "threads inside CUDA driver calls:")?;
+            writeln!(
+                out,
+                "  {:>7} {:>7} {:<16} {:<26} {:>10} {:>9} {:<8} details",
+                "pid", "tid", "thread", "api", "in call", "yield/s", "stream"
+            )?;
+            for t in &self.threads {
+                let mut details = Vec::new();
+                if t.blocked {
+                    details.push("BLOCKED".to_string());
+                }
+                if let Some(k) = &t.kernel {
+                    details.push(format!("kernel {k}"));
+                } else if let Some(h) = &t.handle {
+                    details.push(format!("handle {h}"));
+                }
+                if let (Some(g), Some(b)) = (t.grid, t.block) {
+                    details.push(format!(
+                        "grid {}x{}x{} block {}x{}x{}",
+                        g[0], g[1], g[2], b[0], b[1], b[2]
+                    ));
+                }
+                if t.in_call_at_least {
+                    details.push("already inside at attach (stack scan)".into());
+                }
+                writeln!(
+                    out,
+                    "  {:>7} {:>7} {:<16} {:<26} {:>10} {:>9.0} {:<8} {}",
+                    t.pid,
+                    t.tid,
+                    t.name,
+                    t.api,
+                    format!(
+                        "{}{}",
+                        if t.in_call_at_least { "≥" } else { "" },
+                        fmt_duration(t.in_call_ms)
+                    ),
+                    t.sched_yield_per_s,
+                    t.stream.as_deref().unwrap_or("-"),
+                    details.join(", ")
+                )?;
+                if let Some(py) = &t.python_stack {
+                    writeln!(
+                        out,
+                        "                  python: {} ← {}",
+                        t.api,
+                        py.join(" ← ")
+                    )?;
+                }
+            }
+        }
+        if !self.kernels.is_empty() {
+            writeln!(out, "\noldest unfinished kernel per stream (shim journal):")?;
+            for k in &self.kernels {
+                writeln!(
+                    out,
+                    "  {}pid {} dev {} stream {}: {}  running ~{}  ({} queued behind; launched {} ago by tid {}; grid {}x{}x{} block {}x{}x{}; correlation {})",
+                    k.judgement
+                        .as_ref()
+                        .map_or(String::new(), |j| format!("[{}] ", j.state.to_uppercase())),
+                    k.pid,
+                    k.device,
+                    k.stream,
+                    k.kernel,
+                    fmt_duration(k.running_ms),
+                    k.queued_behind,
+                    fmt_duration(k.launched_ms_ago),
+                    k.tid,
+                    k.grid[0],
+                    k.grid[1],
+                    k.grid[2],
+                    k.block[0],
+                    k.block[1],
+                    k.block[2],
+                    k.correlation
+                )?;
+                if let Some(d) = &k.kernel_demangled {
+                    writeln!(out, "      demangled: {d}")?;
+                }
+                if !k.exact {
+                    writeln!(
+                        out,
+                        "      not named exactly (stream marks): the first unfinished of these, in launch order, is it:"
+                    )?;
+                    for (i, c) in k.candidates.iter().enumerate() {
+                        writeln!(
+                            out,
+                            "        [{}] {}  (grid {}x{}x{} block {}x{}x{}; correlation {}; launched {} ago)",
+                            i + 1,
+                            c.kernel_demangled.as_deref().unwrap_or(&c.kernel),
+                            c.grid[0],
+                            c.grid[1],
+                            c.grid[2],
+                            c.block[0],
+                            c.block[1],
+                            c.block[2],
+                            c.correlation,
+                            fmt_duration(c.launched_ms_ago)
+                        )?;
+                    }
+                    if k.candidates_total > k.candidates.len() {
+                        writeln!(
+                            out,
+                            "        … {} more",
+                            k.candidates_total - k.candidates.len()
+                        )?;
+                    }
+                }
+                if let Some(g) = &k.graph
+                    && !g.node_progress
+                {
+                    writeln!(
+                        out,
+                        "      graph launch: exec {} (graph {}), {} kernel nodes; node progress is not recorded with stream marks (WEDGEPROBE_SHIM_RECORD=exact records it); its kernel nodes:",
+                        g.exec_id,
+                        g.graph_id.map_or("?".into(), |id| id.to_string()),
+                        g.kernel_nodes
+                    )?;
+                } else if let Some(g) = &k.graph {
+                    writeln!(
+                        out,
+                        "      graph launch: exec {} (graph {}), {} of {} kernel nodes completed; not completed:",
+                        g.exec_id,
+                        g.graph_id.map_or("?".into(), |id| id.to_string()),
+                        g.completed,
+                        g.kernel_nodes
+                    )?;
+                }
+                if let Some(g) = &k.graph {
+                    for n in &g.not_completed {
+                        writeln!(
+                            out,
+                            "        node {}: {}",
+                            n.node_id,
+                            n.kernel_demangled.as_deref().unwrap_or(&n.kernel)
+                        )?;
+                    }
+                }
+            }
+        }
+        for t in &self.targets {
+            if let Some(j) = &t.journal
+                && j.status != "recording"
+            {
+                writeln!(out, "\njournal of pid {}: {}", t.pid, j.status)?;
+            }
+        }
+        if !self.latency.is_empty() {
+            writeln!(out)?;
+            writeln!(
+                out,
+                "finished calls over {}:",
+                fmt_duration(self.observed_ms)
+            )?;
+            writeln!(
+                out,
+                "  {:<26} {:>9} {:>10} {:>10} {:>10} {:>10}",
+                "api", "count", "p50 µs", "p90 µs", "p99 µs", "max µs"
+            )?;
+            for l in &self.latency {
+                writeln!(
+                    out,
+                    "  {:<26} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                    l.api, l.count, l.p50_us, l.p90_us, l.p99_us, l.max_us
+                )?;
+            }
+        }
+        let lost: Vec<String> = self
+            .lost
+            .iter()
+            .filter(|(_, v)| **v > 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if !lost.is_empty() {
+            writeln!(out, "\nlost or incomplete: {}", lost.join(" "))?;
+        }
+        for s in &self.host_stalls {
+            writeln!(
+                out,
+                "\nhost stall: pid {} ({}), no GPU work for {}:",
+                s.pid,
+                s.comm,
+                fmt_duration(s.no_gpu_progress_ms)
+            )?;
+            for t in &s.threads {
+                writeln!(
+                    out,
+                    "  tid {} ({}) {:.0}% CPU for {}",
+                    t.tid,
+                    t.name,
+                    t.cpu_pct,
+                    fmt_duration(t.busy_ms)
+                )?;
+                for f in &t.native_stack {
+                    writeln!(out, "      {f}")?;
+                }
+                if let Some(py) = &t.python_stack {
+                    writeln!(out, "      python: {}", py.join(" ← "))?;
+                }
+            }
+        }
+        for j in &self.jobs {
+            writeln!(out, "\njob {} ({} ranks):", j.job, j.ranks.len())?;
+            for r in &j.ranks {
+                writeln!(
+                    out,
+                    "  rank {:>3} pid {:>7}  {:<22} {}{}",
+                    r.rank,
+                    r.pid,
+                    r.state,
+                    r.kernel.as_deref().unwrap_or("-"),
+                    r.running_ms
+                        .map_or(String::new(), |ms| format!("  ~{}", fmt_duration(ms)))
+                )?;
+            }
+            if let Some(c) = &j.culprit {
+                writeln!(out, "  CULPRIT: {}", c.summary)?;
+            }
+        }
+        writeln!(
+            out,
+            "\nverdict: {}: {}",
+            self.verdict.kind.as_str(),
+            self.verdict.summary
+        )
+        .map(|_| ())
+    }
+}

@@ -1,0 +1,152 @@
+//! Chrome Trace Event Format export (`wedgeprobe trace`) and the flight recorder (the last
+//! seconds before a verdict, dumped once per incident by `watch`, `run` and the daemon).
+//!
+//! Both consume the same [`TraceEvent`]s: the collector taps what it drains from the eBPF
+//! rings and the shim journals; `watch`/`trace` add counters and verdicts. One clock for every
+//! process: CLOCK_MONOTONIC (the shim puts CUPTI's timestamps on it, and eBPF's
+//! bpf_ktime_get_ns is it), with the realtime/monotonic pair in the trace's first event so
+//! traces from several nodes can be aligned.
+
+pub mod chrome;
+pub mod event;
+pub mod flight;
+
+pub use event::{Names, TraceEvent};
+
+use std::collections::HashMap;
+
+use crate::{
+    collect::collector::Collector, journal::heads::StreamHead, model::ThreadView, verdict::Verdict,
+};
+
+/// Counter samples at most this often per series (a trace is for people; 5 points a second
+/// shows every change that matters without one event per tick per thread).
+const COUNTER_EVERY_NS: u64 = 200_000_000;
+
+/// What `watch` and `trace` add to the collector's events each tick: counters (in-flight
+/// kernels per stream, sched_yield rate per blocked thread) and a mark when the verdict
+/// changes.
+#[derive(Default)]
+pub struct TickRecorder {
+    /// Last (value, time) emitted per series: (pid, device or u32::MAX, name).
+    last: HashMap<(u32, u32, String), (f64, u64)>,
+    last_verdict: Option<&'static str>,
+}
+
+impl TickRecorder {
+    /// Starts tapping the collector's events.
+    pub fn start(collector: &mut Collector) -> Self {
+        collector.tap.get_or_insert_with(Vec::new);
+        Self::default()
+    }
+
+    /// This tick's events: the collector's tap, drained, plus counters and the verdict mark.
+    pub fn tick(
+        &mut self,
+        collector: &mut Collector,
+        threads: &[ThreadView],
+        kernels: &[StreamHead],
+        verdict: &Verdict,
+        verdict_pid: u32,
+        now_ns: u64,
+    ) -> Vec<TraceEvent> {
+        let mut out = collector
+            .tap
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let mut seen = Vec::new();
+        for k in kernels {
+            let name = format!("in-flight kernels, stream {} of pid {}", k.stream_id, k.pid);
+            seen.push((k.pid, k.device, name.clone()));
+            if !collector.heads_fresh(k.pid, now_ns) {
+                continue; // counts are known at in-flight table scans only (the daemon's)
+            }
+            self.sample(
+                &mut out,
+                k.pid,
+                Some(k.device),
+                name,
+                (k.queued_behind + 1) as f64,
+                now_ns,
+            );
+        }
+        for t in threads.iter().filter(|t| t.blocked) {
+            let name = format!("sched_yield/s, tid {}", t.tid);
+            seen.push((t.pid, u32::MAX, name.clone()));
+            self.sample(&mut out, t.pid, None, name, t.sched_yield_per_s, now_ns);
+        }
+        // Series that disappeared (stream drained, thread unblocked) drop to zero once.
+        // A stream absent between two scans of its process's in-flight table only had its
+        // head retire: its count is unknown until the next scan, not zero.
+        let gone: Vec<_> = self
+            .last
+            .iter()
+            .filter(|(key, (v, _))| {
+                *v != 0.0
+                    && !seen.contains(key)
+                    && (key.1 == u32::MAX || collector.heads_fresh(key.0, now_ns))
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for (pid, dev, name) in gone {
+            let device = (dev != u32::MAX).then_some(dev);
+            self.last.insert((pid, dev, name.clone()), (0.0, now_ns));
+            out.push(TraceEvent::Counter(event::Counter {
+                pid,
+                device,
+                name,
+                ts_ns: now_ns,
+                value: 0.0,
+            }));
+        }
+        let kind = verdict.kind.as_str();
+        if self.last_verdict != Some(kind) {
+            self.last_verdict = Some(kind);
+            out.push(TraceEvent::Verdict(event::VerdictMark {
+                pid: verdict_pid,
+                ts_ns: now_ns,
+                kind,
+                summary: verdict.summary.clone(),
+            }));
+        }
+        out
+    }
+
+    fn sample(
+        &mut self,
+        out: &mut Vec<TraceEvent>,
+        pid: u32,
+        device: Option<u32>,
+        name: String,
+        value: f64,
+        now_ns: u64,
+    ) {
+        let key = (pid, device.unwrap_or(u32::MAX), name);
+        let due = match self.last.get(&key) {
+            Some(&(v, t)) => v != value && now_ns.saturating_sub(t) >= COUNTER_EVERY_NS,
+            None => true,
+        };
+        if due {
+            out.push(TraceEvent::Counter(event::Counter {
+                pid,
+                device,
+                name: key.2.clone(),
+                ts_ns: now_ns,
+                value,
+            }));
+            self.last.insert(key, (value, now_ns));
+        }
+    }
+}
+
+/// The pid a verdict is about: the stuck kernel's process, else a blocked thread's, else the
+/// first target.
+pub fn verdict_pid(threads: &[ThreadView], kernels: &[StreamHead], first: u32) -> u32 {
+    kernels
+        .iter()
+        .find(|k| k.judgement.as_ref().is_some_and(|j| j.state == "stuck"))
+        .map(|k| k.pid)
+        .or_else(|| threads.iter().find(|t| t.blocked).map(|t| t.pid))
+        .unwrap_or(first)
+}

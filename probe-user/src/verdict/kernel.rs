@@ -1,0 +1,354 @@
+//! With a shim journal: is the oldest unfinished kernel of a stream stuck, merely long, or a
+//! collective waiting for a peer? (../shared/design.md, "The live model and the verdict".)
+//!
+//! A head kernel is *suspect* when it has run longer than a floor and than a multiple of its
+//! own name's history (p99 of its completed runs, hdrhistogram). A suspect kernel is *stuck*
+//! only with corroboration — host threads blocked in this process — or past a hard bound. A
+//! kernel name with too little history is judged by the floor alone: the floor (default 5 s)
+//! is what keeps a legitimately long first run (3 s) from being called a wedge.
+
+use std::{collections::HashMap, sync::Arc};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::{journal::heads::StreamHead, model::ThreadView, verdict::fmt_duration};
+
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    pub floor_ms: f64,
+    pub multiple: f64,
+    pub hard_ms: f64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            floor_ms: 5_000.0,
+            multiple: 10.0,
+            hard_ms: 60_000.0,
+        }
+    }
+}
+
+/// Completed runs needed before a name's history sets its bound.
+const MIN_HISTORY: u64 = 5;
+
+/// Names of collective kernels (substrings): NCCL's (`ncclDevKernel_AllReduce_Sum_f32_RING_LL`,
+/// `ncclKernel_…`), vLLM's custom all-reduce (`cross_device_reduce_1stage/2stage`), SGLang's
+/// (`custom_all_reduce`, `allreduce`), TensorRT-LLM's (`oneShotAllReduceKernel`,
+/// `twoShotAllReduceKernel`, `allReduceFusionKernel`, Lamport variants) and FlashInfer's
+/// (`trtllm_allreduce`, `all_reduce`). A stuck collective waits for a peer; the culprit is
+/// elsewhere. More with `--collective PATTERN` / the daemon's `collectives` key.
+const COLLECTIVE_PATTERNS: &[&str] = &[
+    "ncclDevKernel_",
+    "ncclKernel_",
+    "cross_device_reduce",
+    "custom_all_reduce",
+    "allreduce",
+    "AllReduce",
+    "allReduce",
+    "all_reduce",
+    "AllGather",
+    "all_gather",
+    "ReduceScatter",
+    "reduce_scatter",
+    "twoshot",
+    "oneshot",
+    "twoShot",
+    "oneShot",
+    "lamport",
+];
+
+static EXTRA_COLLECTIVES: std::sync::RwLock<Vec<String>> = std::sync::RwLock::new(Vec::new());
+
+/// Adds name patterns that mark a kernel as a collective (configuration; replaces earlier
+/// extra patterns).
+pub fn set_extra_collectives(patterns: Vec<String>) {
+    if let Ok(mut p) = EXTRA_COLLECTIVES.write() {
+        *p = patterns.into_iter().filter(|s| !s.is_empty()).collect();
+    }
+}
+
+pub fn is_collective(name: &str) -> bool {
+    COLLECTIVE_PATTERNS.iter().any(|p| name.contains(p))
+        || EXTRA_COLLECTIVES
+            .read()
+            .is_ok_and(|extra| extra.iter().any(|p| name.contains(p.as_str())))
+}
+
+/// Durations of completed kernels per (pid, name), in µs.
+#[derive(Default)]
+pub struct History {
+    /// By pid, then kernel name. Names are shared with the collector's name cache: a
+    /// completion costs a lookup, not a String (8 launch-bound processes complete ~800,000
+    /// kernels a second).
+    by_name: HashMap<u32, HashMap<Arc<str>, Histogram<u64>>>,
+}
+
+impl History {
+    /// Drops what was learned about `pid` (it exited; the daemon forgets it).
+    pub fn forget(&mut self, pid: u32) {
+        self.by_name.remove(&pid);
+    }
+
+    pub fn record(&mut self, pid: u32, name: &Arc<str>, duration_ns: u64) {
+        self.record_all(pid, name, &[duration_ns]);
+    }
+
+    /// Several durations of one kernel name (one lookup).
+    pub fn record_all(&mut self, pid: u32, name: &Arc<str>, durations_ns: &[u64]) {
+        if durations_ns.is_empty() {
+            return;
+        }
+        let names = self.by_name.entry(pid).or_default();
+        let h = match names.get_mut(name.as_ref()) {
+            Some(h) => h,
+            None => names.entry(name.clone()).or_insert_with(|| {
+                Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("static bounds are valid")
+            }),
+        };
+        for d in durations_ns {
+            h.saturating_record((d / 1_000).max(1));
+        }
+    }
+
+    /// multiple × p99 of the name's history, in ms, when there is enough of it.
+    fn bound_ms(&self, pid: u32, name: &str, multiple: f64) -> Option<f64> {
+        let h = self.by_name.get(&pid)?.get(name)?;
+        (h.len() >= MIN_HISTORY).then(|| h.value_at_quantile(0.99) as f64 / 1e3 * multiple)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct KernelJudgement {
+    /// `stuck`, `suspect` (past its bounds, no corroboration yet) or `running`.
+    pub state: &'static str,
+    /// The bound it was held to, in ms.
+    pub bound_ms: f64,
+    pub collective: bool,
+}
+
+pub fn judge(
+    head: &StreamHead,
+    history: &History,
+    bounds: &Bounds,
+    threads: &[ThreadView],
+) -> KernelJudgement {
+    // Candidates (marks mode) have no one name whose history could raise the bound.
+    let bound_ms = head
+        .exact
+        .then(|| history.bound_ms(head.pid, &head.kernel, bounds.multiple))
+        .flatten()
+        .map_or(bounds.floor_ms, |b| b.max(bounds.floor_ms));
+    let suspect = head.running_ms >= bound_ms;
+    let corroborated = threads.iter().any(|t| t.blocked && t.pid == head.pid);
+    let state = if suspect && (corroborated || head.running_ms >= bounds.hard_ms) {
+        "stuck"
+    } else if suspect {
+        "suspect"
+    } else {
+        "running"
+    };
+    // Candidates: a collective wait only if every one of them is a collective.
+    let names = head.names();
+    KernelJudgement {
+        state,
+        bound_ms,
+        collective: !names.is_empty() && names.iter().all(|n| is_collective(n)),
+    }
+}
+
+/// The candidates of a head that is not exact, in one line: `[1] a (grid …), [2] b, …`.
+pub fn list_candidates(head: &StreamHead) -> String {
+    let mut out: Vec<String> = head
+        .candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let name = c.kernel_demangled.as_deref().unwrap_or(&c.kernel);
+            if c.graph_exec != 0 {
+                format!("[{}] graph launch (exec {})", i + 1, c.graph_exec)
+            } else {
+                format!(
+                    "[{}] {} (grid {}x{}x{}, block {}x{}x{})",
+                    i + 1,
+                    name,
+                    c.grid[0],
+                    c.grid[1],
+                    c.grid[2],
+                    c.block[0],
+                    c.block[1],
+                    c.block[2]
+                )
+            }
+        })
+        .collect();
+    if head.candidates_total > head.candidates.len() {
+        out.push(format!(
+            "… {} more",
+            head.candidates_total - head.candidates.len()
+        ));
+    }
+    out.join(", ")
+}
+
+/// One line saying what the longest stuck head is, for the verdict's summary.
+pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
+    if !head.exact {
+        return format!(
+            "one of {} kernels on device {} stream {} has not completed for ~{} (bound {}), {} launches queued behind: in launch order {} — the first of them not completed is stuck; the shim's stream marks (the default recording) do not tell which (WEDGEPROBE_SHIM_RECORD=exact names it, at the price in BENCHMARKS.md)",
+            head.candidates_total,
+            head.device,
+            head.stream,
+            fmt_duration(head.running_ms),
+            fmt_duration(j.bound_ms),
+            head.queued_behind,
+            list_candidates(head)
+        );
+    }
+    let what = match &head.graph {
+        Some(g) if !g.node_progress => format!(
+            "graph launch (exec {}) of {} kernel nodes ({}…; node progress is not recorded with stream marks: WEDGEPROBE_SHIM_RECORD=exact names the node)",
+            g.exec_id,
+            g.kernel_nodes,
+            g.not_completed
+                .iter()
+                .take(3)
+                .map(|n| n
+                    .kernel_demangled
+                    .as_deref()
+                    .unwrap_or(&n.kernel)
+                    .to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Some(g) => match g.not_completed.first() {
+            Some(n) => format!(
+                "graph launch (exec {}): kernel node {} {} has not completed ({} of {} kernel nodes done)",
+                g.exec_id,
+                n.node_id,
+                n.kernel_demangled.as_deref().unwrap_or(&n.kernel),
+                g.completed,
+                g.kernel_nodes
+            ),
+            None => format!("graph launch (exec {}, nodes unknown)", g.exec_id),
+        },
+        None => match &head.kernel_demangled {
+            Some(d) => format!("{d} [{}]", head.kernel),
+            None => head.kernel.clone(),
+        },
+    };
+    let shape = if head.graph.is_some() {
+        String::new()
+    } else {
+        format!(
+            " (grid {}x{}x{}, block {}x{}x{})",
+            head.grid[0], head.grid[1], head.grid[2], head.block[0], head.block[1], head.block[2]
+        )
+    };
+    format!(
+        "{} on device {} stream {}{} has run ~{} (bound {}), {} launches queued behind it",
+        what,
+        head.device,
+        head.stream,
+        shape,
+        fmt_duration(head.running_ms),
+        fmt_duration(j.bound_ms),
+        head.queued_behind
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(name: &str, running_ms: f64) -> StreamHead {
+        StreamHead {
+            pid: 1,
+            device: 0,
+            stream: "0x10".into(),
+            stream_id: 7,
+            kernel: name.into(),
+            kernel_demangled: None,
+            correlation: 1,
+            grid: [1; 3],
+            block: [1; 3],
+            cluster: [1; 3],
+            tid: 1,
+            launched_ms_ago: running_ms,
+            running_ms,
+            queued_behind: 0,
+            graph: None,
+            exact: true,
+            candidates: Vec::new(),
+            candidates_total: 0,
+            judgement: None,
+        }
+    }
+
+    fn blocked_thread() -> ThreadView {
+        ThreadView::for_test("cuStreamSynchronize", 9000.0, 1000.0)
+    }
+
+    #[test]
+    fn a_long_first_run_below_the_floor_is_not_stuck() {
+        let j = judge(
+            &head("long_kernel", 3_000.0),
+            &History::default(),
+            &Bounds::default(),
+            &[blocked_thread()],
+        );
+        assert_eq!(j.state, "running");
+    }
+
+    #[test]
+    fn past_the_floor_with_blocked_threads_is_stuck_without_them_suspect() {
+        let b = Bounds::default();
+        assert_eq!(
+            judge(
+                &head("k", 6_000.0),
+                &History::default(),
+                &b,
+                &[blocked_thread()]
+            )
+            .state,
+            "stuck"
+        );
+        assert_eq!(
+            judge(&head("k", 6_000.0), &History::default(), &b, &[]).state,
+            "suspect"
+        );
+        assert_eq!(
+            judge(&head("k", 61_000.0), &History::default(), &b, &[]).state,
+            "stuck"
+        );
+    }
+
+    #[test]
+    fn history_raises_the_bound_for_kernels_that_are_always_long() {
+        let mut h = History::default();
+        for _ in 0..10 {
+            h.record(1, &Arc::from("slow"), 4_000_000_000); // 4 s every time
+        }
+        let j = judge(
+            &head("slow", 6_000.0),
+            &h,
+            &Bounds::default(),
+            &[blocked_thread()],
+        );
+        assert_eq!(j.state, "running");
+        assert!((j.bound_ms - 40_000.0).abs() < 1_000.0, "{j:?}");
+    }
+
+    #[test]
+    fn collectives_are_recognised() {
+        assert!(is_collective(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+        ));
+        assert!(is_collective(
+            "_ZN4vllm19cross_device_reduce1stIfLi8EEEvPNS_6RankDataE"
+        ));
+        assert!(!is_collective("_Z26attn_mbarrier_wedge_kernelPViy"));
+    }
+}
