@@ -7,10 +7,9 @@
 
 use std::{sync::Arc, time::Instant};
 
-use probe_user::output::trace::{
-    Names, TraceEvent,
-    chrome::{ChromeTrace, Sorter},
-    event::{Kernel, Launch},
+use probe_user::{
+    model::event::{Kernel, Launch, Names, TraceEvent},
+    output::trace::chrome::{ChromeTrace, Sorter},
 };
 
 fn main() -> anyhow::Result<()> {

@@ -1,8 +1,11 @@
-//! Command-line flags, then the validated configuration the rest of the code trusts.
+//! Every subcommand's flags. Flags set `Settings` (defaults in `settings::defaults`, shown
+//! here as the flags' defaults); the commands take the parsed values.
 
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+use crate::settings::{Settings, defaults, parse_duration};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -25,14 +28,14 @@ pub enum Command {
     /// the command's exit code.
     Run(RunArgs),
     /// Record a Chrome trace (Perfetto UI, chrome://tracing, speedscope) of the processes.
-    Trace(crate::commands::trace::TraceArgs),
+    Trace(TraceArgs),
     /// Print the path to put in CUDA_INJECTION64_PATH (the shim next to this binary).
     ShimPath,
     /// Join reports (and traces) of several nodes: one clock, the job-wide culprit rank.
-    Merge(crate::commands::merge::MergeArgs),
+    Merge(MergeArgs),
     /// Always on: find every CUDA process on the node, watch them, serve Prometheus metrics,
     /// write incident dumps.
-    Daemon(crate::commands::daemon::DaemonArgs),
+    Daemon(DaemonArgs),
     /// Make a process's shim give CUPTI back, so torch.profiler / Nsight can subscribe.
     Release {
         #[arg(long, value_name = "PID")]
@@ -40,13 +43,54 @@ pub enum Command {
     },
 }
 
+/// The flags that become `Settings`: when a thread is blocked, a kernel stuck, a process in a
+/// host stall, and what makes a job and a collective.
+#[derive(Args, Debug, Clone)]
+pub struct SettingsArgs {
+    /// A thread inside a driver call for this long counts as blocked (e.g. 1s, 500ms).
+    #[arg(long, default_value = defaults::BLOCKED_AFTER, value_parser = parse_duration)]
+    pub blocked_after: Duration,
+    /// With a shim journal: a kernel is suspect once it has run this long and longer than
+    /// --kernel-multiple times its own p99 (when it has history).
+    #[arg(long, default_value = defaults::KERNEL_FLOOR, value_parser = parse_duration)]
+    pub kernel_floor: Duration,
+    #[arg(long, default_value_t = defaults::KERNEL_MULTIPLE)]
+    pub kernel_multiple: f64,
+    /// A suspect kernel running this long is stuck even with no host thread blocked on it.
+    #[arg(long, default_value = defaults::KERNEL_HARD_BOUND, value_parser = parse_duration)]
+    pub kernel_hard_bound: Duration,
+    /// A process whose GPU work has not moved for this long, with no kernel in flight and a
+    /// thread spinning on a core, is in a host stall.
+    #[arg(long, default_value = defaults::STALL_AFTER, value_parser = parse_duration)]
+    pub stall_after: Duration,
+    /// Treat all the PIDs as the ranks of one job (else jobs come from their environment).
+    #[arg(long)]
+    pub job: bool,
+    /// A kernel whose name contains PATTERN is a collective (repeat; added to the built-in
+    /// NCCL / custom all-reduce patterns).
+    #[arg(long = "collective", value_name = "PATTERN")]
+    pub collectives: Vec<String>,
+}
+
+impl SettingsArgs {
+    pub fn settings(&self) -> Settings {
+        let mut s = Settings::new(
+            self.blocked_after,
+            self.kernel_floor,
+            self.kernel_multiple,
+            self.kernel_hard_bound,
+            self.stall_after,
+        )
+        .with_collectives(&self.collectives);
+        s.one_job = self.job;
+        s
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// A thread inside a driver call for this long counts as blocked.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub blocked_after: Duration,
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub kernel_floor: Duration,
+    #[command(flatten)]
+    pub settings: SettingsArgs,
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
@@ -65,46 +109,8 @@ pub struct Targets {
     /// Process to attach to (repeat for several).
     #[arg(long = "pid", required = true, value_name = "PID")]
     pub pids: Vec<u32>,
-    /// A thread inside a driver call for this long counts as blocked (e.g. 1s, 500ms).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub blocked_after: Duration,
-    /// With a shim journal: a kernel is suspect once it has run this long and longer than
-    /// --kernel-multiple times its own p99 (when it has history).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub kernel_floor: Duration,
-    #[arg(long, default_value_t = 10.0)]
-    pub kernel_multiple: f64,
-    /// A suspect kernel running this long is stuck even with no host thread blocked on it.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
-    pub kernel_hard_bound: Duration,
-    /// A process whose GPU work has not moved for this long, with no kernel in flight and a
-    /// thread spinning on a core, is in a host stall.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub stall_after: Duration,
-    /// Treat all the PIDs as the ranks of one job (else jobs come from their environment).
-    #[arg(long)]
-    pub job: bool,
-    /// A kernel whose name contains PATTERN is a collective (repeat; added to the built-in
-    /// NCCL / custom all-reduce patterns).
-    #[arg(long = "collective", value_name = "PATTERN")]
-    pub collectives: Vec<String>,
-}
-
-impl Targets {
-    /// Applies the job-level options (process-wide settings read by the verdict code).
-    pub fn apply_job_options(&self) {
-        crate::verdict::job::set_one_job(self.job);
-        crate::verdict::host_stall::set_stall_after_ns(self.stall_after.as_nanos() as u64);
-        crate::verdict::kernel::set_extra_collectives(self.collectives.clone());
-    }
-
-    pub fn kernel_bounds(&self) -> crate::verdict::kernel::Bounds {
-        crate::verdict::kernel::Bounds {
-            floor_ms: self.kernel_floor.as_secs_f64() * 1e3,
-            multiple: self.kernel_multiple.max(1.0),
-            hard_ms: self.kernel_hard_bound.as_secs_f64() * 1e3,
-        }
-    }
+    #[command(flatten)]
+    pub settings: SettingsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -114,7 +120,7 @@ pub struct ReportArgs {
     /// How long to observe before printing (at most 60s). A thread already inside a call at
     /// attach is known to be inside for at least this long, so the default equals the
     /// default --blocked-after.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = defaults::REPORT_WINDOW, value_parser = parse_duration)]
     pub window: Duration,
     /// Print JSON (schema in the README) instead of text.
     #[arg(long)]
@@ -143,18 +149,50 @@ pub struct WatchArgs {
     pub flight: FlightArgs,
 }
 
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    #[command(flatten)]
+    pub targets: Targets,
+    /// How long to record (Ctrl-C ends it early, the file stays valid).
+    #[arg(long, default_value = defaults::TRACE_DURATION, value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Output file: Chrome trace JSON, gzip-compressed when it ends in `.gz`.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: std::path::PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct DaemonArgs {
+    /// TOML configuration (README, "The daemon"); defaults without it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// `report --json` files and/or Chrome traces (`.json`, `.json.gz`) from several nodes.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<std::path::PathBuf>,
+    /// Write the traces among FILES joined into one Chrome trace here.
+    #[arg(short = 'o', long = "output", value_name = "TRACE")]
+    pub output: Option<std::path::PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// The flight recorder (`watch`, `run`): the last seconds of events, written as a Chrome
 /// trace with the JSON report beside it once per incident.
 #[derive(Args, Debug, Clone)]
 pub struct FlightArgs {
     /// Where incident dumps go (`<host>-<pid>-<time>.trace.json.gz` and `.report.json`).
-    #[arg(long, default_value = "/var/tmp/wedgeprobe", value_name = "DIR")]
+    #[arg(long, default_value = defaults::FLIGHT_DIR, value_name = "DIR")]
     pub flight_dir: std::path::PathBuf,
     /// How many seconds of events the flight recorder keeps.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = defaults::FLIGHT_SECONDS, value_parser = parse_duration)]
     pub flight_seconds: Duration,
     /// At most this many events in memory (~120 bytes each); the oldest go first.
-    #[arg(long, default_value_t = 500_000)]
+    #[arg(long, default_value_t = defaults::FLIGHT_MAX_EVENTS)]
     pub flight_max_events: usize,
     /// No flight recorder, no dumps.
     #[arg(long)]
@@ -168,44 +206,5 @@ impl FlightArgs {
             seconds: self.flight_seconds.as_secs_f64(),
             max_events: self.flight_max_events.max(1),
         })
-    }
-}
-
-/// `1s`, `250ms`, `2.5s`, `1m`; a bare number is seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration like 1s or 250ms"))?;
-    let secs = v * scale;
-    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
-        return Err(format!("`{s}` is out of range (more than 0, at most 24h)"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("NaNs").is_err());
     }
 }

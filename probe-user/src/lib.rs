@@ -19,11 +19,13 @@
 pub mod cli;
 pub mod collect;
 pub mod commands;
+pub mod engine;
 pub mod error;
 pub mod journal;
 pub mod model;
 pub mod output;
 pub mod process;
+pub mod settings;
 pub mod signals;
 pub mod sys;
 pub mod verdict;

@@ -20,8 +20,10 @@ use crate::{
     collect::probe::{Attached, Probe},
     journal::MappedJournal,
     journal::heads::{JournalCursor, is_completion},
-    model::{JournalInfo, Model},
-    output::trace::{self, TraceEvent},
+    model::{
+        JournalInfo, JournalStatus, Model,
+        event::{self, TraceEvent},
+    },
     process::code::TargetCode,
     process::target::Target,
     sys,
@@ -213,7 +215,7 @@ impl Collector {
             Err(e) => {
                 let info = JournalInfo {
                     path: path.to_string(),
-                    status: format!("rejected: {e:#}"),
+                    status: JournalStatus::Rejected(format!("{e:#}")),
                     ..JournalInfo::default()
                 };
                 self.model.journals.insert(pid, info);
@@ -300,13 +302,12 @@ impl Collector {
                 JournalInfo {
                     path: journal.path.clone(),
                     status: if view.shim_off() {
-                        "shim_off"
+                        JournalStatus::ShimOff
                     } else if view.shim_released() {
-                        "released"
+                        JournalStatus::Released
                     } else {
-                        "recording"
-                    }
-                    .into(),
+                        JournalStatus::Recording
+                    },
                     heartbeat_age_ms: (heartbeat > 0)
                         .then(|| now_ns.saturating_sub(heartbeat) as f64 / 1e6),
                     record: if view.record_mode().marks {
@@ -403,7 +404,7 @@ impl Collector {
                     Some(ev) => {
                         self.model.on_call_done(&ev);
                         if let Some(tap) = &mut self.tap {
-                            tap.push(TraceEvent::Call(trace::event::Call {
+                            tap.push(TraceEvent::Call(event::Call {
                                 pid: ev.header.tgid,
                                 tid: ev.header.tid,
                                 api: crate::model::api_name(ev.call.api),
@@ -648,7 +649,7 @@ impl Collector {
 /// A journal launch or completion as a trace event.
 fn trace_event(pid: u32, r: &RingRecord, kernel: Arc<str>) -> TraceEvent {
     if r.kind == RECORD_LAUNCH {
-        return TraceEvent::Launch(trace::event::Launch {
+        return TraceEvent::Launch(event::Launch {
             pid,
             tid: r.tid,
             api: crate::model::api_name(r.api),
@@ -660,7 +661,7 @@ fn trace_event(pid: u32, r: &RingRecord, kernel: Arc<str>) -> TraceEvent {
             block: r.block,
         });
     }
-    TraceEvent::Kernel(trace::event::Kernel {
+    TraceEvent::Kernel(event::Kernel {
         pid,
         device: r.device,
         stream: r.stream,

@@ -8,25 +8,14 @@
 use std::{
     collections::BTreeMap,
     io::{Read, Write},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-#[derive(clap::Args, Debug)]
-pub struct MergeArgs {
-    /// `report --json` files and/or Chrome traces (`.json`, `.json.gz`) from several nodes.
-    #[arg(required = true, value_name = "FILE")]
-    pub files: Vec<PathBuf>,
-    /// Write the traces among FILES joined into one Chrome trace here.
-    #[arg(short = 'o', long = "output", value_name = "TRACE")]
-    pub output: Option<PathBuf>,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
+use crate::cli::MergeArgs;
 
 /// One rank, on the job-wide clock.
 #[derive(Clone, Debug, Serialize, PartialEq)]

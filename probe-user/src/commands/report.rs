@@ -3,7 +3,10 @@
 
 use std::{io::Write, time::Duration};
 
-use crate::{cli::ReportArgs, collect::session::Session, output::report::Report, signals, sys};
+use crate::{
+    cli::ReportArgs, collect::session::Session, output::report::Report, signals, sys,
+    verdict::Pipeline,
+};
 
 pub fn run(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
     if args.window > Duration::from_secs(60) {
@@ -11,7 +14,7 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
             "--window is at most 60s (a report is a snapshot; use `watch` to observe longer)"
         );
     }
-    args.targets.apply_job_options();
+    let settings = args.targets.settings.settings();
     let mut session = Session::attach(&args.targets.pids, !args.no_launch_returns)?;
     signals::install();
     let start = sys::monotonic_ns();
@@ -25,14 +28,16 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(50).min(Duration::from_nanos(window)));
     }
     let now = sys::monotonic_ns();
+    let blocked_after_ms = settings.blocked_after_ms();
+    let ev = Pipeline::new(settings).evaluate(&session.collector.model, now);
     let report = Report::build(
         &session.collector.model,
         &session.facts,
+        &ev,
         now,
         (now - start) as f64 / 1e6,
-        args.targets.blocked_after.as_secs_f64() * 1e3,
+        blocked_after_ms,
         !args.no_launch_returns,
-        &args.targets.kernel_bounds(),
     );
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &report)?;

@@ -12,8 +12,8 @@ use std::{
 use anyhow::Context as _;
 
 use crate::{
-    cli::{RunArgs, Targets, WatchArgs},
-    commands::watch,
+    cli::RunArgs,
+    commands::watch::{WatchOptions, watch},
     error::ProbeError,
     process::target,
     signals,
@@ -64,24 +64,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if attached {
-        let watch_args = WatchArgs {
-            targets: Targets {
-                pids: vec![pid],
-                blocked_after: args.blocked_after,
-                kernel_floor: args.kernel_floor,
-                kernel_multiple: 10.0,
-                kernel_hard_bound: Duration::from_secs(60),
-                job: false,
-                stall_after: Duration::from_secs(10),
-                collectives: Vec::new(),
-            },
+        let options = WatchOptions {
             json: args.json,
             duration: None,
             launch_returns: false,
-            flight: args.flight.clone(),
+            flight: args.flight.config(),
         };
         let mut err = std::io::stderr().lock();
-        watch::run(&watch_args, &mut err)?;
+        watch(&[pid], args.settings.settings(), &options, &mut err)?;
     }
     let status = child.wait()?;
     Ok(exit_code(status))

@@ -3,38 +3,28 @@
 //! to disk through a 1 s reordering window, never held whole in memory; at the end, what is
 //! still running (the stuck kernel, blocked calls) is written as open slices.
 
-use std::{io::Write, path::PathBuf, time::Duration};
+use std::{io::Write, time::Duration};
 
-use crate::output::trace::{
-    Names, TickRecorder,
-    chrome::{ChromeTrace, Sorter, TraceError},
-    event::open_now,
-    verdict_pid,
+use crate::{
+    cli::TraceArgs,
+    collect::session::Session,
+    engine::{Engine, EngineOptions},
+    model::event::open_now,
+    output::trace::chrome::{self, ChromeTrace, Sorter, TraceError},
+    signals, sys,
+    verdict::Pipeline,
 };
-use crate::{cli::Targets, collect::session::Session, signals, sys, verdict};
 
 const TICK: Duration = Duration::from_millis(50);
 /// Completions reach the journal up to ~0.5 s late (CUPTI's buffers; the forced flush);
 /// events are held this long so each track is written in time order.
 const REORDER_NS: u64 = 1_000_000_000;
 
-#[derive(clap::Args, Debug)]
-pub struct TraceArgs {
-    #[command(flatten)]
-    pub targets: Targets,
-    /// How long to record (default 10s; Ctrl-C ends it early, the file stays valid).
-    #[arg(long, default_value = "10s", value_parser = crate::cli::parse_duration)]
-    pub duration: Duration,
-    /// Output file: Chrome trace JSON, gzip-compressed when it ends in `.gz`.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: PathBuf,
-}
-
 pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
     // The output first: an unwritable path fails before anything is attached.
     let mut trace = ChromeTrace::create(&args.output, sys::monotonic_ns(), sys::realtime_ns())?;
-    args.targets.apply_job_options();
-    let mut session = match Session::attach(&args.targets.pids, false) {
+    let settings = args.targets.settings.settings();
+    let session = match Session::attach(&args.targets.pids, false) {
         Ok(s) => s,
         Err(e) => {
             drop(trace);
@@ -43,13 +33,21 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
         }
     };
     signals::install();
-    let bound_ms = args.targets.blocked_after.as_secs_f64() * 1e3;
-    let bounds = args.targets.kernel_bounds();
-    let first = args.targets.pids[0];
-    let mut rec = TickRecorder::start(&mut session.collector);
+    let bound_ns = settings.blocked_after_ns();
     let mut sorter = Sorter::new(REORDER_NS);
-    let mut names = Names::from_model(&session.collector.model);
     let start = sys::monotonic_ns();
+    let mut engine = Engine::new(
+        session.collector,
+        session.facts,
+        Pipeline::new(settings),
+        EngineOptions {
+            flight: None,
+            record_trace: true,
+            per_process: false,
+            launch_returns: false,
+        },
+        start,
+    );
     let mut write_error: Option<TraceError> = None;
     let mut exited = Vec::new();
     // Shims recording with stream marks (the default) add per-kernel records while we trace,
@@ -57,31 +55,23 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let mut lease = crate::journal::control::PerKernelLease::new();
     let now = loop {
         let now = sys::monotonic_ns();
-        lease.renew(&session.collector.journal_paths(), now);
-        exited.extend(session.collector.poll(now).into_iter().map(|e| e.pid));
-        names.update(&session.collector.model);
-        let ev = verdict::evaluate(&session.collector.model, now, bound_ms, &bounds);
-        let pid = verdict_pid(&ev.threads, &ev.kernels, first);
-        let events = rec.tick(
-            &mut session.collector,
-            &ev.threads,
-            &ev.kernels,
-            &ev.verdict,
-            pid,
-            now,
-        );
-        sorter.push(events);
+        lease.renew(&engine.collector.journal_paths(), now);
+        let tick = engine.tick(now);
+        exited.extend(tick.events.iter().filter_map(|e| match e {
+            crate::engine::Event::Exited { pid, .. } => Some(*pid),
+            _ => None,
+        }));
+        sorter.push(tick.trace);
         if write_error.is_none() {
             for e in sorter.release(now) {
-                if let Err(err) = trace.write(&e, &names) {
+                if let Err(err) = trace.write(&e, &engine.names) {
                     write_error = Some(err);
                     break;
                 }
             }
         }
-        let any_alive = session.collector.model.procs.values().any(|p| !p.exited);
         if write_error.is_some()
-            || !any_alive
+            || !engine.any_alive()
             || signals::stop_requested()
             || now - start >= args.duration.as_nanos() as u64
         {
@@ -90,14 +80,14 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
         std::thread::sleep(TICK);
     };
     drop(lease);
-    let open = open_now(&session.collector.model, now, (bound_ms * 1e6) as u64);
+    let open = open_now(&engine.collector.model, now, bound_ns);
     let open_count = open.len();
     let mut rest = sorter.drain();
     rest.extend(open);
-    rest.sort_by_key(crate::output::trace::chrome::order);
+    rest.sort_by_key(chrome::order);
     if write_error.is_none() {
         for e in &rest {
-            if let Err(err) = trace.write(e, &names) {
+            if let Err(err) = trace.write(e, &engine.names) {
                 write_error = Some(err);
                 break;
             }
@@ -111,7 +101,7 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let events = trace.events;
     let path = trace.path().to_path_buf();
     let finished = trace.finish();
-    let mode = if session.collector.model.journal_read() {
+    let mode = if engine.collector.model.journal_read() {
         "journal+ebpf"
     } else {
         "ebpf-only (host tracks only)"
@@ -135,7 +125,7 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
     out.flush()?;
     // Detaching takes seconds (Probe::detach): let a pipeline reading us finish first.
     sys::close_stdout();
-    session.collector.detach_all();
+    engine.detach_all();
     if let Some(e) = write_error {
         return Err(e.into());
     }

@@ -2,35 +2,61 @@
 //! and whenever the verdict changes. Ticks every 50 ms, so a crossing is printed within
 //! ~50 ms plus one on-CPU sample period (≤ 200 ms) for threads found by stack scan.
 
-use std::{collections::HashMap, io::Write, time::Duration};
+use std::{io::Write, time::Duration};
 
 use serde_json::json;
 
 use crate::{
     cli::WatchArgs,
     collect::session::Session,
+    engine::{Engine, EngineOptions, Event},
     model::ThreadView,
-    output::trace::{
-        Names, TickRecorder,
-        flight::{Dump, FlightRecorder},
-        verdict_pid,
-    },
+    output::trace::flight::{Dump, FlightConfig},
+    settings::Settings,
     signals, sys,
-    verdict::{self, Evaluation, VerdictKind, fmt_duration},
+    verdict::{Pipeline, describe::fmt_duration},
 };
 
 const TICK: Duration = Duration::from_millis(50);
 
+/// What `watch` (and `run`) is asked to do beyond the settings.
+pub struct WatchOptions {
+    pub json: bool,
+    pub duration: Option<Duration>,
+    pub launch_returns: bool,
+    pub flight: Option<FlightConfig>,
+}
+
 pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
-    args.targets.apply_job_options();
-    let mut session = Session::attach(&args.targets.pids, args.launch_returns)?;
+    let options = WatchOptions {
+        json: args.json,
+        duration: args.duration,
+        launch_returns: args.launch_returns,
+        flight: args.flight.config(),
+    };
+    watch(
+        &args.targets.pids,
+        args.targets.settings.settings(),
+        &options,
+        out,
+    )
+}
+
+/// Attaches to `pids` and prints the engine's events until every target exited, Ctrl-C, or
+/// the duration is up.
+pub fn watch(
+    pids: &[u32],
+    settings: Settings,
+    options: &WatchOptions,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let session = Session::attach(pids, options.launch_returns)?;
     signals::install();
-    let bound_ms = args.targets.blocked_after.as_secs_f64() * 1e3;
-    let bounds = args.targets.kernel_bounds();
+    let bound_ms = settings.blocked_after_ms();
     let start = sys::monotonic_ns();
     for p in session.collector.model.procs.values() {
         let facts = &session.facts[&p.target.pid];
-        if args.json {
+        if options.json {
             writeln!(
                 out,
                 "{}",
@@ -53,147 +79,29 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         }
     }
     out.flush()?;
-
-    // Blocked threads by (pid, tid, api), with their last view.
-    let mut blocked: HashMap<(u32, u32, &'static str), ThreadView> = HashMap::new();
-    let mut last_kind = VerdictKind::Healthy;
-    let mut flight = args.flight.config().map(|c| {
-        (
-            FlightRecorder::new(c),
-            TickRecorder::start(&mut session.collector),
-            Names::default(),
-        )
-    });
-    let first_pid = args.targets.pids[0];
-    // Ranks come from the targets' environment, which does not change: read once.
-    let infos: Vec<crate::verdict::job::RankInfo> = session
-        .collector
-        .model
-        .procs
-        .keys()
-        .map(|&pid| crate::verdict::job::read_rank_info(pid))
-        .collect();
-    let mut last_culprit: Option<(u32, u32)> = None;
+    let mut engine = Engine::new(
+        session.collector,
+        session.facts,
+        Pipeline::new(settings),
+        EngineOptions {
+            flight: options.flight.clone(),
+            record_trace: false,
+            per_process: false,
+            launch_returns: options.launch_returns,
+        },
+        start,
+    );
     loop {
         let now = sys::monotonic_ns();
-        for gone in session.collector.poll(now) {
-            if args.json {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"event": "exited", "pid": gone.pid, "comm": gone.comm})
-                )?;
-            } else {
-                writeln!(
-                    out,
-                    "{} EXITED    pid {} ({})",
-                    clock(),
-                    gone.pid,
-                    gone.comm
-                )?;
-            }
-        }
-        for (pid, outcome) in session.collector.take_launch_probe_changes() {
-            let text = match &outcome {
-                Ok(how) => format!("launch probes: {how}"),
-                Err(e) => format!("launch probes could not be added: {e}"),
-            };
-            if let (Ok(how), Some(f)) = (&outcome, session.facts.get_mut(&pid)) {
-                f.launch_probes = how;
-            }
-            if args.json {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"event": "shim_stopped", "pid": pid, "launch_probes": outcome.as_ref().ok(), "error": outcome.as_ref().err()})
-                )?;
-            } else {
-                writeln!(
-                    out,
-                    "{} SHIM      pid {pid}: the shim stopped recording (released or off); {text}",
-                    clock()
-                )?;
-            }
-        }
-        let Evaluation {
-            threads,
-            kernels,
-            verdict: v,
-        } = verdict::evaluate(&session.collector.model, now, bound_ms, &bounds);
-        let mut still = HashMap::new();
-        for t in threads.iter().filter(|t| t.blocked) {
-            let key = (t.pid, t.tid, t.api);
-            if !blocked.contains_key(&key) {
-                print_crossing(out, args.json, "blocked", t)?;
-            }
-            still.insert(key, t.clone());
-        }
-        for (key, t) in blocked.drain() {
-            if !still.contains_key(&key) {
-                print_crossing(out, args.json, "unblocked", &t)?;
-            }
-        }
-        blocked = still;
-
-        let any_alive = session.collector.model.procs.values().any(|p| !p.exited);
-        if let Some((recorder, ticks, names)) = &mut flight {
-            let pid = verdict_pid(&threads, &kernels, first_pid);
-            let events = ticks.tick(&mut session.collector, &threads, &kernels, &v, pid, now);
-            recorder.push(events, now);
-            names.update(&session.collector.model);
-            if recorder.should_dump(pid, v.kind.as_str()) {
-                let dumped = recorder.dump_incident(
-                    &session.collector.model,
-                    &session.facts,
-                    names,
-                    pid,
-                    now,
-                    (now - start) as f64 / 1e6,
-                    bound_ms,
-                    args.launch_returns,
-                    &bounds,
-                );
-                print_dump(out, args.json, pid, &dumped, recorder)?;
-            }
-        }
-        let model = &session.collector.model;
-        let jobs = crate::verdict::job::analyze(
-            &infos,
-            &kernels,
-            crate::verdict::job::one_job(),
-            &|pid| model.kernels_known(pid),
-        );
-        let culprit = jobs.iter().find_map(|j| j.culprit.as_ref());
-        if culprit.map(|c| (c.pid, c.rank)) != last_culprit {
-            last_culprit = culprit.map(|c| (c.pid, c.rank));
-            if let Some(c) = culprit {
-                if args.json {
-                    writeln!(out, "{}", json!({"event": "culprit", "culprit": c}))?;
-                } else {
-                    writeln!(out, "{} CULPRIT   {}", clock(), c.summary)?;
-                }
-            }
-        }
-        if v.kind != last_kind {
-            if args.json {
-                writeln!(out, "{}", json!({"event": "verdict", "verdict": v}))?;
-            } else {
-                writeln!(
-                    out,
-                    "{} VERDICT   {}: {}",
-                    clock(),
-                    v.kind.as_str(),
-                    v.summary
-                )?;
-            }
-            last_kind = v.kind;
+        let tick = engine.tick(now);
+        for e in &tick.events {
+            print_event(out, options.json, e)?;
         }
         out.flush()?;
-
-        if !any_alive || signals::stop_requested() {
+        if !engine.any_alive() || signals::stop_requested() {
             break;
         }
-        if args
+        if options
             .duration
             .is_some_and(|d| now - start >= d.as_nanos() as u64)
         {
@@ -201,11 +109,76 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
         }
         std::thread::sleep(TICK);
     }
-    session.collector.detach_all();
-    if !args.json {
+    engine.detach_all();
+    if !options.json {
         writeln!(out, "{} detached", clock())?;
     }
     Ok(())
+}
+
+fn print_event(out: &mut impl Write, json: bool, e: &Event) -> std::io::Result<()> {
+    match e {
+        Event::Exited { pid, comm } => {
+            if json {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"event": "exited", "pid": pid, "comm": comm})
+                )
+            } else {
+                writeln!(out, "{} EXITED    pid {pid} ({comm})", clock())
+            }
+        }
+        Event::ShimStopped { pid, launch_probes } => {
+            if json {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"event": "shim_stopped", "pid": pid, "launch_probes": launch_probes.as_ref().ok(), "error": launch_probes.as_ref().err()})
+                )
+            } else {
+                let text = match launch_probes {
+                    Ok(how) => format!("launch probes: {how}"),
+                    Err(e) => format!("launch probes could not be added: {e}"),
+                };
+                writeln!(
+                    out,
+                    "{} SHIM      pid {pid}: the shim stopped recording (released or off); {text}",
+                    clock()
+                )
+            }
+        }
+        Event::Blocked(t) => print_crossing(out, json, "blocked", t),
+        Event::Unblocked(t) => print_crossing(out, json, "unblocked", t),
+        Event::FlightDump {
+            pid,
+            result,
+            evicted_early,
+            failures,
+        } => print_dump(out, json, *pid, result, *evicted_early, *failures),
+        Event::Culprit { culprit, .. } => {
+            if json {
+                writeln!(out, "{}", json!({"event": "culprit", "culprit": culprit}))
+            } else {
+                writeln!(out, "{} CULPRIT   {}", clock(), culprit.summary)
+            }
+        }
+        Event::Verdict(v) => {
+            if json {
+                writeln!(out, "{}", json!({"event": "verdict", "verdict": v}))
+            } else {
+                writeln!(
+                    out,
+                    "{} VERDICT   {}: {}",
+                    clock(),
+                    v.kind.as_str(),
+                    v.summary
+                )
+            }
+        }
+        // Per-process verdicts are the daemon's.
+        Event::ProcessVerdict { .. } => Ok(()),
+    }
 }
 
 fn print_crossing(
@@ -251,8 +224,9 @@ fn print_dump(
     out: &mut impl Write,
     json: bool,
     pid: u32,
-    dumped: &anyhow::Result<Dump>,
-    recorder: &FlightRecorder,
+    dumped: &Result<Dump, String>,
+    evicted_early: u64,
+    failures: u64,
 ) -> std::io::Result<()> {
     match (dumped, json) {
         (Ok(d), true) => writeln!(
@@ -260,7 +234,7 @@ fn print_dump(
             "{}",
             json!({"event": "flight_dump", "pid": pid, "trace": d.trace, "report": d.report,
                 "events": d.events, "seconds_held": d.seconds_held,
-                "evicted_early": recorder.evicted_early})
+                "evicted_early": evicted_early})
         ),
         (Ok(d), false) => writeln!(
             out,
@@ -268,11 +242,8 @@ fn print_dump(
             clock(),
             d.seconds_held,
             d.events,
-            if recorder.evicted_early > 0 {
-                format!(
-                    ", {} older events dropped by --flight-max-events",
-                    recorder.evicted_early
-                )
+            if evicted_early > 0 {
+                format!(", {evicted_early} older events dropped by --flight-max-events")
             } else {
                 String::new()
             },
@@ -282,14 +253,13 @@ fn print_dump(
         (Err(e), true) => writeln!(
             out,
             "{}",
-            json!({"event": "flight_dump_failed", "pid": pid, "error": format!("{e:#}"),
-                "failures": recorder.dumps_failed})
+            json!({"event": "flight_dump_failed", "pid": pid, "error": e,
+                "failures": failures})
         ),
         (Err(e), false) => writeln!(
             out,
-            "{} FLIGHT    pid {pid}: dump failed ({e:#}); still watching ({} failed dumps)",
-            clock(),
-            recorder.dumps_failed
+            "{} FLIGHT    pid {pid}: dump failed ({e}); still watching ({failures} failed dumps)",
+            clock()
         ),
     }
 }

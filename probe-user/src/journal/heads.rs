@@ -18,9 +18,11 @@ use probe_common::journal::{
     ALL_STREAMS, FLAG_MARKED, InflightSlot, RECORD_KERNEL_DONE, RECORD_NODE_DONE, RECORD_SYNCED,
     RingRecord,
 };
-use serde::Serialize;
 
-use crate::journal::JournalView;
+use crate::{
+    journal::JournalView,
+    model::kernels::{Candidate, GraphNodeView, GraphProgress, StreamHead, demangle},
+};
 
 /// Follows one journal's ring across polls.
 #[derive(Default)]
@@ -73,92 +75,8 @@ struct StreamQueue {
     first_marked: u64,
 }
 
-/// One of the launches a stuck kernel is narrowed to (marks mode).
-#[derive(Clone, Debug, Serialize)]
-pub struct Candidate {
-    pub kernel: String,
-    pub kernel_demangled: Option<String>,
-    pub correlation: u64,
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub launched_ms_ago: f64,
-    /// Graph launches: the executable graph's id (0 otherwise).
-    pub graph_exec: u32,
-}
-
 /// Candidates listed at most; `candidates_total` says how many there were.
 const MAX_CANDIDATES: usize = 16;
-
-/// A graph launch broken down into its kernel nodes.
-#[derive(Clone, Debug, Serialize)]
-pub struct GraphProgress {
-    /// CUPTI's ids of the executable graph launched and of the graph it came from.
-    pub exec_id: u32,
-    pub graph_id: Option<u32>,
-    pub kernel_nodes: usize,
-    pub completed: usize,
-    /// Kernel nodes with no completion yet, in node order: the first is the one running (or
-    /// stuck) when the graph is a chain.
-    pub not_completed: Vec<GraphNodeView>,
-    /// Whether node completions are recorded (the exact mode). With marks only the graph
-    /// launch's own end is known: every kernel node is listed, none known done.
-    pub node_progress: bool,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct GraphNodeView {
-    pub node_id: u64,
-    pub kernel: String,
-    pub kernel_demangled: Option<String>,
-}
-
-/// The head of one stream's queue.
-#[derive(Clone, Debug, Serialize)]
-pub struct StreamHead {
-    pub pid: u32,
-    pub device: u32,
-    /// `CUstream` as hex.
-    pub stream: String,
-    pub stream_id: u32,
-    pub kernel: String,
-    /// The kernel's name demangled (C++ mangled names only).
-    pub kernel_demangled: Option<String>,
-    pub correlation: u64,
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub cluster: [u32; 3],
-    /// Thread that launched it.
-    pub tid: u32,
-    pub launched_ms_ago: f64,
-    /// Since max(launch, previous kernel's end on the stream): an estimate.
-    pub running_ms: f64,
-    pub queued_behind: usize,
-    /// Graph launches: which kernel nodes have not completed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub graph: Option<GraphProgress>,
-    /// Whether `kernel` is the stuck-or-running kernel itself. False (marks mode): the first
-    /// unfinished of `candidates` is, and `kernel` says how many there are.
-    pub exact: bool,
-    /// Marks mode, not exact: the launches from the head to the first mark not yet passed, in
-    /// launch order (at most 16; `candidates_total` counts them all).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub candidates: Vec<Candidate>,
-    pub candidates_total: usize,
-    /// `state` (stuck / suspect / running), `bound_ms`, `collective`: set by the verdict.
-    #[serde(flatten)]
-    pub judgement: Option<crate::verdict::kernel::KernelJudgement>,
-}
-
-impl StreamHead {
-    /// The kernel names this head stands for: its candidates, or itself.
-    pub fn names(&self) -> Vec<&str> {
-        if self.exact {
-            vec![self.kernel.as_str()]
-        } else {
-            self.candidates.iter().map(|c| c.kernel.as_str()).collect()
-        }
-    }
-}
 
 impl JournalCursor {
     /// Consumes the ring since the last call; returns every record read (launches,
@@ -484,15 +402,6 @@ impl JournalCursor {
 /// A kernel (or graph node) completion record.
 pub fn is_completion(r: &RingRecord) -> bool {
     r.kind == RECORD_KERNEL_DONE || r.kind == RECORD_NODE_DONE
-}
-
-/// A C++ mangled kernel name demangled; `None` for names that are not (Triton's, C's).
-pub fn demangle(name: &str) -> Option<String> {
-    if !name.starts_with("_Z") {
-        return None;
-    }
-    let sym = cpp_demangle::Symbol::new(name).ok()?;
-    sym.demangle(&cpp_demangle::DemangleOptions::default()).ok()
 }
 
 #[cfg(test)]

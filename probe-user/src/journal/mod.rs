@@ -14,6 +14,7 @@ use std::{
     sync::atomic::{AtomicU64, Ordering::*},
 };
 
+use crate::model::ThreadInCall;
 use probe_common::journal::{
     GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_KERNEL_NODE, GraphSlot, Header, HeaderError, InflightSlot,
     Layout, MarkSlot, NAME_BYTES, NameSlot, RECORD_MARKS, RingRecord, STATE_OFF, STATE_RELEASED,
@@ -60,15 +61,6 @@ pub struct JournalView {
     base: *const u64,
     layout: Layout,
     header: Header,
-}
-
-/// A thread inside a CUDA API call, by the journal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ThreadInCall {
-    pub tid: u32,
-    pub api: u32,
-    pub since_ns: u64,
-    pub correlation: u64,
 }
 
 /// A kernel node of a CUDA graph.

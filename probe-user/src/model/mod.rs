@@ -4,6 +4,10 @@
 //! Fed by `collector` (eBPF maps and rings, /proc); read by `report`, `watch` and `verdict`.
 //! Pure data and arithmetic, so it is unit-tested without root or a GPU.
 
+pub mod event;
+pub mod history;
+pub mod kernels;
+
 use std::collections::{BTreeMap, HashMap};
 
 use hdrhistogram::Histogram;
@@ -14,6 +18,15 @@ use crate::{
     process::stackscan::{self, Found},
     process::target::Target,
 };
+
+/// A thread inside a CUDA API call, as the shim journal says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadInCall {
+    pub tid: u32,
+    pub api: u32,
+    pub since_ns: u64,
+    pub correlation: u64,
+}
 
 /// Api id of a thread found inside libcuda by stack scan when no entry point could be named.
 pub const UNKNOWN_ENTRY_POINT: u32 = u32::MAX;
@@ -211,21 +224,57 @@ pub struct Model {
     /// Records on the rings that did not decode (wrong size or kind): counted, never trusted.
     pub bad_records: u64,
     /// Per pid: the oldest in-flight kernel of each stream, from the shim journal.
-    pub kernels: HashMap<u32, Vec<crate::journal::heads::StreamHead>>,
+    pub kernels: HashMap<u32, Vec<crate::model::kernels::StreamHead>>,
     /// Per pid: the state of its shim journal (absent: the process has none).
     pub journals: HashMap<u32, JournalInfo>,
     /// Durations of completed kernels per name, for the kernels' bounds.
-    pub history: crate::verdict::kernel::History,
+    pub history: crate::model::history::History,
     /// `WEDGEPROBE_DEBUG_SCAN` is set: print every stack scan (read once, not per sample).
     debug_scan: bool,
+}
+
+/// A shim journal's state, as reports spell it: `recording`, `shim_off`, `released`, or
+/// `rejected: <reason>` (wedgeprobe would not read it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum JournalStatus {
+    #[default]
+    Recording,
+    /// The shim turned itself off (one log line in the target says why).
+    ShimOff,
+    /// `wedgeprobe release` made it give CUPTI back.
+    Released,
+    Rejected(String),
+}
+
+impl JournalStatus {
+    /// Whether the journal is read at all (recording or not).
+    pub fn is_readable(&self) -> bool {
+        !matches!(self, Self::Rejected(_))
+    }
+}
+
+impl std::fmt::Display for JournalStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Recording => f.write_str("recording"),
+            Self::ShimOff => f.write_str("shim_off"),
+            Self::Released => f.write_str("released"),
+            Self::Rejected(why) => write!(f, "rejected: {why}"),
+        }
+    }
+}
+
+impl serde::Serialize for JournalStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// What a report says about a process's shim journal.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct JournalInfo {
     pub path: String,
-    /// `recording`, `shim_off`, or `rejected: <reason>`.
-    pub status: String,
+    pub status: JournalStatus,
     pub heartbeat_age_ms: Option<f64>,
     /// How the shim learns completions: `marks` (stream progress marks, the default) or
     /// `per-kernel` (a CUPTI record per kernel: exact names and graph nodes).
@@ -489,7 +538,7 @@ impl Model {
     pub fn set_journal_calls(
         &mut self,
         pid: u32,
-        calls: &[crate::journal::ThreadInCall],
+        calls: &[crate::model::ThreadInCall],
         now_ns: u64,
     ) {
         let Some(p) = self.procs.get_mut(&pid) else {
@@ -581,7 +630,7 @@ impl Model {
             let recording = self
                 .journals
                 .get(&pid)
-                .is_some_and(|j| j.status == "recording");
+                .is_some_and(|j| j.status == JournalStatus::Recording);
             let moving = recording && now_ns.saturating_sub(p.last_progress_ns) < 1_000_000_000;
             for (&tid, t) in &p.threads {
                 let Some(c) = t.current(now_ns) else { continue };
@@ -659,9 +708,7 @@ impl Model {
 
     /// Some target's shim journal is being read (so kernels can be named).
     pub fn journal_read(&self) -> bool {
-        self.journals
-            .values()
-            .any(|j| !j.status.starts_with("rejected"))
+        self.journals.values().any(|j| j.status.is_readable())
     }
 
     /// Whether `pid`'s kernels are known: its shim journal is recording (without one, eBPF
@@ -669,11 +716,11 @@ impl Model {
     pub fn kernels_known(&self, pid: u32) -> bool {
         self.journals
             .get(&pid)
-            .is_some_and(|j| j.status == "recording")
+            .is_some_and(|j| j.status == JournalStatus::Recording)
     }
 
     /// Every process's stream heads, longest running first.
-    pub fn kernel_heads(&self) -> Vec<crate::journal::heads::StreamHead> {
+    pub fn kernel_heads(&self) -> Vec<crate::model::kernels::StreamHead> {
         let mut heads: Vec<_> = self.kernels.values().flatten().cloned().collect();
         heads.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
         heads

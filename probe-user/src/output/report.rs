@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::{
     model::{Model, ThreadView},
-    verdict::{self, Verdict, fmt_duration},
+    verdict::{Evaluation, Verdict, describe::fmt_duration},
 };
 
 #[derive(Serialize)]
@@ -24,7 +24,7 @@ pub struct Report {
     pub threads: Vec<ThreadView>,
     /// Per stream, the oldest kernel not yet completed (from shim journals), longest running
     /// first. Empty in eBPF-only mode.
-    pub kernels: Vec<crate::journal::heads::StreamHead>,
+    pub kernels: Vec<crate::model::kernels::StreamHead>,
     pub latency: Vec<LatencyReport>,
     /// Every loss, by name; all zero in a complete report.
     pub lost: std::collections::BTreeMap<&'static str, u64>,
@@ -110,38 +110,24 @@ pub struct TargetFacts {
 }
 
 impl Report {
+    /// The report of `ev` (the pipeline's evaluation of `model` at `now_ns`), with the Python
+    /// stacks of its blocked and spinning threads read now.
     pub fn build(
         model: &Model,
         facts: &std::collections::HashMap<u32, TargetFacts>,
+        ev: &Evaluation,
         now_ns: u64,
         observed_ms: f64,
         blocked_after_ms: f64,
         launch_returns: bool,
-        bounds: &crate::verdict::kernel::Bounds,
     ) -> Self {
-        let mut threads = model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64);
-        let any_alive = model.procs.values().any(|p| !p.exited);
-        let mut kernels = model.kernel_heads();
-        let with_journal = model.journal_read();
-        let mut verdict = verdict::decide(&threads, blocked_after_ms, any_alive, with_journal);
-        verdict::apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
-        let mut host_stalls = crate::verdict::host_stall::find(model, now_ns);
-        verdict::apply_host_stalls(&mut verdict, &host_stalls);
+        let mut threads = ev.threads.clone();
+        let mut host_stalls = ev.host_stalls.clone();
         attach_python_stacks(&mut threads, &mut host_stalls);
-        let infos: Vec<crate::verdict::job::RankInfo> = model
-            .procs
-            .keys()
-            .map(|&pid| crate::verdict::job::read_rank_info(pid))
-            .collect();
-        let jobs = crate::verdict::job::analyze(
-            &infos,
-            &kernels,
-            crate::verdict::job::one_job(),
-            &|pid| model.kernels_known(pid),
-        );
-        if let Some(c) = jobs.iter().find_map(|j| j.culprit.as_ref()) {
-            verdict.summary = format!("{} Job: {}", verdict.summary, c.summary);
-        }
+        let kernels = ev.kernels.clone();
+        let verdict = ev.verdict.clone();
+        let jobs = ev.jobs.clone();
+        let with_journal = model.journal_read();
         let targets = model
             .procs
             .values()
@@ -292,9 +278,10 @@ impl Report {
                 writeln!(
                     out,
                     "  {}pid {} dev {} stream {}: {}  running ~{}  ({} queued behind; launched {} ago by tid {}; grid {}x{}x{} block {}x{}x{}; correlation {})",
-                    k.judgement
-                        .as_ref()
-                        .map_or(String::new(), |j| format!("[{}] ", j.state.to_uppercase())),
+                    k.judgement.as_ref().map_or(String::new(), |j| format!(
+                        "[{}] ",
+                        j.state.as_str().to_uppercase()
+                    )),
                     k.pid,
                     k.device,
                     k.stream,
@@ -377,7 +364,7 @@ impl Report {
         }
         for t in &self.targets {
             if let Some(j) = &t.journal
-                && j.status != "recording"
+                && j.status != crate::model::JournalStatus::Recording
             {
                 writeln!(out, "\njournal of pid {}: {}", t.pid, j.status)?;
             }
@@ -444,7 +431,7 @@ impl Report {
                     "  rank {:>3} pid {:>7}  {:<22} {}{}",
                     r.rank,
                     r.pid,
-                    r.state,
+                    r.state.as_str(),
                     r.kernel.as_deref().unwrap_or("-"),
                     r.running_ms
                         .map_or(String::new(), |ms| format!("  ~{}", fmt_duration(ms)))

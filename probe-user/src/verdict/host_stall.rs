@@ -15,22 +15,11 @@
 //! have spun since before attach with no driver call returning in view is reported, saying
 //! that (`gpu_evidence`: `attach`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::model::Model;
-
-static STALL_AFTER_NS: AtomicU64 = AtomicU64::new(10_000_000_000);
-
-/// `--stall-after` / the daemon's `stall_after`.
-pub fn set_stall_after_ns(ns: u64) {
-    STALL_AFTER_NS.store(ns.max(1), Ordering::Relaxed);
-}
-
-pub fn stall_after_ns() -> u64 {
-    STALL_AFTER_NS.load(Ordering::Relaxed)
-}
+use crate::{model::Model, process::stackscan};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct HostStall {
@@ -57,9 +46,34 @@ pub struct SpinningThread {
     pub python_stack: Option<Vec<String>>,
 }
 
-/// Processes in a host stall now.
-pub fn find(model: &Model, now_ns: u64) -> Vec<HostStall> {
-    let after = stall_after_ns();
+/// Symbolized stacks by (pid, tid, sample time): `find` runs every tick while a stall lasts
+/// (watch, the daemon), and a sample changes at most a few times a second; validating return
+/// addresses reads the target and symbolizing parses its ELF files, so each sample is done
+/// once. Owned by the verdict pipeline.
+#[derive(Default)]
+pub struct StackCache(HashMap<(u32, u32, u64), Vec<String>>);
+
+impl StackCache {
+    fn get_or_make(
+        &mut self,
+        key: (u32, u32, u64),
+        make: impl FnOnce() -> Vec<String>,
+    ) -> Vec<String> {
+        if let Some(v) = self.0.get(&key) {
+            return v.clone();
+        }
+        let v = make();
+        if self.0.len() >= 4096 {
+            self.0.clear();
+        }
+        self.0.insert(key, v.clone());
+        v
+    }
+}
+
+/// Processes in a host stall now: GPU work still for `after_ns`, and threads busy that long.
+pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) -> Vec<HostStall> {
+    let after = after_ns;
     let mut out = Vec::new();
     for (&pid, p) in &model.procs {
         // Without a journal, quiet since attach is all that can be known of the GPU; the
@@ -87,13 +101,11 @@ pub fn find(model: &Model, now_ns: u64) -> Vec<HostStall> {
                     .last_sample
                     .as_ref()
                     .map(|(at, ip, words)| {
-                        cached_stack((pid, tid, *at), || {
+                        stacks.get_or_make((pid, tid, *at), || {
                             let frames: Vec<u64> = words
                                 .iter()
                                 .copied()
-                                .filter(|&a| {
-                                    crate::process::stackscan::is_return_address(&p.code, a)
-                                })
+                                .filter(|&a| stackscan::is_return_address(&p.code, a))
                                 .take(12)
                                 .collect();
                             symbolize(pid, *ip, &frames)
@@ -118,28 +130,6 @@ pub fn find(model: &Model, now_ns: u64) -> Vec<HostStall> {
         }
     }
     out
-}
-
-type StackCache = std::collections::HashMap<(u32, u32, u64), Vec<String>>;
-
-/// Symbolized stacks by (pid, tid, sample time): `find` runs every tick while a stall lasts
-/// (watch, the daemon), and a sample changes at most a few times a second; validating return
-/// addresses reads the target and symbolizing parses its ELF files, so each sample is done once.
-fn cached_stack(key: (u32, u32, u64), make: impl FnOnce() -> Vec<String>) -> Vec<String> {
-    static CACHE: std::sync::Mutex<Option<StackCache>> = std::sync::Mutex::new(None);
-    let Ok(mut guard) = CACHE.lock() else {
-        return make();
-    };
-    let cache = guard.get_or_insert_with(Default::default);
-    if let Some(v) = cache.get(&key) {
-        return v.clone();
-    }
-    let v = make();
-    if cache.len() >= 4096 {
-        cache.clear();
-    }
-    cache.insert(key, v.clone());
-    v
 }
 
 /// `ip` and the return addresses as `symbol+0xoff (module)`, through the target's own maps.

@@ -2,7 +2,7 @@
 //! multi-process: one rank's kernel is stuck while its peers wait in a collective for it. From
 //! the host the ranks look alike (each main thread at 100% CPU, blocked in a launch); only
 //! each GPU's oldest in-flight kernel tells the culprit (not a collective) from the victims
-//! (a collective) — notes/gpu-machine.md, "Two ranks, one stuck".
+//! (a collective) — measured on two H200 ranks, docs/validation.md, "Issue 6".
 //!
 //! Processes are grouped into a job by what torchrun, vLLM and SGLang put in their
 //! environment (`TORCHELASTIC_RUN_ID`, `MASTER_ADDR:MASTER_PORT`), else by parent process, or
@@ -14,18 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::journal::heads::StreamHead;
-
-static ONE_JOB: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// `--job`: treat every target as one job (ranks by environment, else PID order).
-pub fn set_one_job(on: bool) {
-    ONE_JOB.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-pub fn one_job() -> bool {
-    ONE_JOB.load(std::sync::atomic::Ordering::Relaxed)
-}
+use crate::model::kernels::{KernelState, StreamHead};
 
 /// What a process's environment says about its place in a job.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -104,15 +93,41 @@ pub fn parse_environ(pid: u32, ppid: u32, env: &[u8]) -> RankInfo {
     }
 }
 
+/// What a rank is doing, as far as its kernels show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankStateKind {
+    /// A non-collective kernel past its bound: the cause, when peers wait.
+    Stuck,
+    /// A collective past its bound: waiting for a peer.
+    WaitingInCollective,
+    /// Kernels in flight within their bounds.
+    Running,
+    /// No shim journal: whether a kernel is in flight is not known.
+    KernelsUnknown,
+    NoKernelInFlight,
+}
+
+impl RankStateKind {
+    /// The JSON spelling, for text output too.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stuck => "stuck",
+            Self::WaitingInCollective => "waiting_in_collective",
+            Self::Running => "running",
+            Self::KernelsUnknown => "kernels_unknown",
+            Self::NoKernelInFlight => "no_kernel_in_flight",
+        }
+    }
+}
+
 /// One rank as the job view shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct RankState {
     pub pid: u32,
     pub rank: u32,
     pub rank_source: &'static str,
-    /// `stuck` (non-collective kernel past its bound), `waiting_in_collective`, `running`,
-    /// `no_kernel_in_flight`.
-    pub state: &'static str,
+    pub state: RankStateKind,
     pub kernel: Option<String>,
     pub running_ms: Option<f64>,
 }
@@ -174,9 +189,7 @@ pub fn analyze(
 }
 
 fn rank_state(m: &RankInfo, order: u32, heads: &[StreamHead], known: bool) -> RankState {
-    let judged = |h: &&StreamHead| {
-        h.pid == m.pid && h.judgement.as_ref().is_some_and(|j| j.state != "running")
-    };
+    let judged = |h: &&StreamHead| h.pid == m.pid && h.state() != KernelState::Running;
     // A rank's oldest suspect-or-stuck kernel; a non-collective one wins (it is the cause).
     let mut mine: Vec<&StreamHead> = heads.iter().filter(judged).collect();
     mine.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
@@ -201,14 +214,16 @@ fn rank_state(m: &RankInfo, order: u32, heads: &[StreamHead], known: bool) -> Ra
         }
     };
     let (state, kernel, running_ms) = match pick {
-        Some(h) if h.judgement.as_ref().is_some_and(|j| j.collective) => {
-            ("waiting_in_collective", Some(name(h)), Some(h.running_ms))
-        }
-        Some(h) => ("stuck", Some(name(h)), Some(h.running_ms)),
-        None if any => ("running", None, None),
+        Some(h) if h.judgement.as_ref().is_some_and(|j| j.collective) => (
+            RankStateKind::WaitingInCollective,
+            Some(name(h)),
+            Some(h.running_ms),
+        ),
+        Some(h) => (RankStateKind::Stuck, Some(name(h)), Some(h.running_ms)),
+        None if any => (RankStateKind::Running, None, None),
         // Without a journal nothing says whether a kernel is in flight: say that.
-        None if !known => ("kernels_unknown", None, None),
-        None => ("no_kernel_in_flight", None, None),
+        None if !known => (RankStateKind::KernelsUnknown, None, None),
+        None => (RankStateKind::NoKernelInFlight, None, None),
     };
     RankState {
         pid: m.pid,
@@ -223,16 +238,19 @@ fn rank_state(m: &RankInfo, order: u32, heads: &[StreamHead], known: bool) -> Ra
 fn culprit(ranks: &[RankState]) -> Option<Culprit> {
     let waiting: Vec<&RankState> = ranks
         .iter()
-        .filter(|r| r.state == "waiting_in_collective")
+        .filter(|r| r.state == RankStateKind::WaitingInCollective)
         .collect();
     if waiting.is_empty() {
         return None;
     }
-    let c = ranks.iter().filter(|r| r.state == "stuck").max_by(|a, b| {
-        a.running_ms
-            .unwrap_or(0.0)
-            .total_cmp(&b.running_ms.unwrap_or(0.0))
-    })?;
+    let c = ranks
+        .iter()
+        .filter(|r| r.state == RankStateKind::Stuck)
+        .max_by(|a, b| {
+            a.running_ms
+                .unwrap_or(0.0)
+                .total_cmp(&b.running_ms.unwrap_or(0.0))
+        })?;
     let stuck_ms = c.running_ms.unwrap_or(0.0);
     let first_waiter = waiting
         .iter()
@@ -263,7 +281,7 @@ fn culprit(ranks: &[RankState]) -> Option<Culprit> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verdict::kernel::KernelJudgement;
+    use crate::model::kernels::KernelJudgement;
 
     fn head(pid: u32, kernel: &str, running_ms: f64, collective: bool) -> StreamHead {
         StreamHead {
@@ -286,7 +304,7 @@ mod tests {
             candidates: Vec::new(),
             candidates_total: 0,
             judgement: Some(KernelJudgement {
-                state: "stuck",
+                state: KernelState::Stuck,
                 bound_ms: 5_000.0,
                 collective,
             }),
@@ -355,7 +373,7 @@ mod tests {
         let heads = vec![head(200, "gemm_kernel", 9_000.0, false)];
         let jobs = analyze(&infos, &heads, false, &|_| true);
         assert!(jobs[0].culprit.is_none());
-        assert_eq!(jobs[0].ranks[1].state, "no_kernel_in_flight");
+        assert_eq!(jobs[0].ranks[1].state, RankStateKind::NoKernelInFlight);
         assert_eq!(jobs[0].ranks[1].rank_source, "pid order");
     }
 
@@ -365,7 +383,13 @@ mod tests {
     fn a_rank_without_a_journal_has_unknown_kernels() {
         let infos: Vec<RankInfo> = (0..2).map(|r| parse_environ(300 + r, 1, b"")).collect();
         let jobs = analyze(&infos, &[], false, &|pid| pid == 300);
-        let states: Vec<&str> = jobs[0].ranks.iter().map(|r| r.state).collect();
-        assert_eq!(states, ["no_kernel_in_flight", "kernels_unknown"]);
+        let states: Vec<RankStateKind> = jobs[0].ranks.iter().map(|r| r.state).collect();
+        assert_eq!(
+            states,
+            [
+                RankStateKind::NoKernelInFlight,
+                RankStateKind::KernelsUnknown
+            ]
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! With a shim journal: is the oldest unfinished kernel of a stream stuck, merely long, or a
-//! collective waiting for a peer? (../shared/design.md, "The live model and the verdict".)
+//! collective waiting for a peer? (docs/architecture.md, "Verdicts".)
 //!
 //! A head kernel is *suspect* when it has run longer than a floor and than a multiple of its
 //! own name's history (p99 of its completed runs, hdrhistogram). A suspect kernel is *stuck*
@@ -7,32 +7,18 @@
 //! kernel name with too little history is judged by the floor alone: the floor (default 5 s)
 //! is what keeps a legitimately long first run (3 s) from being called a wedge.
 
-use std::{collections::HashMap, sync::Arc};
-
-use hdrhistogram::Histogram;
-use serde::Serialize;
-
-use crate::{journal::heads::StreamHead, model::ThreadView, verdict::fmt_duration};
-
-#[derive(Clone, Copy, Debug)]
-pub struct Bounds {
-    pub floor_ms: f64,
-    pub multiple: f64,
-    pub hard_ms: f64,
-}
-
-impl Default for Bounds {
-    fn default() -> Self {
-        Self {
-            floor_ms: 5_000.0,
-            multiple: 10.0,
-            hard_ms: 60_000.0,
-        }
-    }
-}
-
-/// Completed runs needed before a name's history sets its bound.
-const MIN_HISTORY: u64 = 5;
+use crate::{
+    model::{
+        ThreadView,
+        history::History,
+        kernels::{KernelJudgement, KernelState, StreamHead},
+    },
+    settings::KernelBounds,
+    verdict::{
+        describe::fmt_duration,
+        host_calls::{Verdict, VerdictKind},
+    },
+};
 
 /// Names of collective kernels (substrings): NCCL's (`ncclDevKernel_AllReduce_Sum_f32_RING_LL`,
 /// `ncclKernel_…`), vLLM's custom all-reduce (`cross_device_reduce_1stage/2stage`), SGLang's
@@ -60,80 +46,18 @@ const COLLECTIVE_PATTERNS: &[&str] = &[
     "lamport",
 ];
 
-static EXTRA_COLLECTIVES: std::sync::RwLock<Vec<String>> = std::sync::RwLock::new(Vec::new());
-
-/// Adds name patterns that mark a kernel as a collective (configuration; replaces earlier
-/// extra patterns).
-pub fn set_extra_collectives(patterns: Vec<String>) {
-    if let Ok(mut p) = EXTRA_COLLECTIVES.write() {
-        *p = patterns.into_iter().filter(|s| !s.is_empty()).collect();
-    }
-}
-
-pub fn is_collective(name: &str) -> bool {
+/// Whether `name` is a collective's: a built-in pattern, or one of `extra` (settings).
+pub fn is_collective(name: &str, extra: &[String]) -> bool {
     COLLECTIVE_PATTERNS.iter().any(|p| name.contains(p))
-        || EXTRA_COLLECTIVES
-            .read()
-            .is_ok_and(|extra| extra.iter().any(|p| name.contains(p.as_str())))
-}
-
-/// Durations of completed kernels per (pid, name), in µs.
-#[derive(Default)]
-pub struct History {
-    /// By pid, then kernel name. Names are shared with the collector's name cache: a
-    /// completion costs a lookup, not a String (8 launch-bound processes complete ~800,000
-    /// kernels a second).
-    by_name: HashMap<u32, HashMap<Arc<str>, Histogram<u64>>>,
-}
-
-impl History {
-    /// Drops what was learned about `pid` (it exited; the daemon forgets it).
-    pub fn forget(&mut self, pid: u32) {
-        self.by_name.remove(&pid);
-    }
-
-    pub fn record(&mut self, pid: u32, name: &Arc<str>, duration_ns: u64) {
-        self.record_all(pid, name, &[duration_ns]);
-    }
-
-    /// Several durations of one kernel name (one lookup).
-    pub fn record_all(&mut self, pid: u32, name: &Arc<str>, durations_ns: &[u64]) {
-        if durations_ns.is_empty() {
-            return;
-        }
-        let names = self.by_name.entry(pid).or_default();
-        let h = match names.get_mut(name.as_ref()) {
-            Some(h) => h,
-            None => names.entry(name.clone()).or_insert_with(|| {
-                Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("static bounds are valid")
-            }),
-        };
-        for d in durations_ns {
-            h.saturating_record((d / 1_000).max(1));
-        }
-    }
-
-    /// multiple × p99 of the name's history, in ms, when there is enough of it.
-    fn bound_ms(&self, pid: u32, name: &str, multiple: f64) -> Option<f64> {
-        let h = self.by_name.get(&pid)?.get(name)?;
-        (h.len() >= MIN_HISTORY).then(|| h.value_at_quantile(0.99) as f64 / 1e3 * multiple)
-    }
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct KernelJudgement {
-    /// `stuck`, `suspect` (past its bounds, no corroboration yet) or `running`.
-    pub state: &'static str,
-    /// The bound it was held to, in ms.
-    pub bound_ms: f64,
-    pub collective: bool,
+        || extra.iter().any(|p| name.contains(p.as_str()))
 }
 
 pub fn judge(
     head: &StreamHead,
     history: &History,
-    bounds: &Bounds,
+    bounds: &KernelBounds,
     threads: &[ThreadView],
+    collectives: &[String],
 ) -> KernelJudgement {
     // Candidates (marks mode) have no one name whose history could raise the bound.
     let bound_ms = head
@@ -144,18 +68,18 @@ pub fn judge(
     let suspect = head.running_ms >= bound_ms;
     let corroborated = threads.iter().any(|t| t.blocked && t.pid == head.pid);
     let state = if suspect && (corroborated || head.running_ms >= bounds.hard_ms) {
-        "stuck"
+        KernelState::Stuck
     } else if suspect {
-        "suspect"
+        KernelState::Suspect
     } else {
-        "running"
+        KernelState::Running
     };
     // Candidates: a collective wait only if every one of them is a collective.
     let names = head.names();
     KernelJudgement {
         state,
         bound_ms,
-        collective: !names.is_empty() && names.iter().all(|n| is_collective(n)),
+        collective: !names.is_empty() && names.iter().all(|n| is_collective(n, collectives)),
     }
 }
 
@@ -259,9 +183,76 @@ pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
     )
 }
 
+/// With a shim journal, judges each stream's oldest unfinished kernel (`kernel_verdict`) and
+/// refines the host-side verdict: a stuck kernel makes it `kernel_wedge` (or
+/// `collective_wait` for a collective, whose culprit is another rank), and threads blocked
+/// behind a kernel still within its bounds make it `busy`.
+pub fn apply_kernels(
+    verdict: &mut Verdict,
+    threads: &[ThreadView],
+    heads: &mut [StreamHead],
+    history: &History,
+    bounds: &KernelBounds,
+    collectives: &[String],
+) {
+    for h in heads.iter_mut() {
+        h.judgement = Some(judge(h, history, bounds, threads, collectives));
+    }
+    if matches!(verdict.kind, VerdictKind::TargetExited) {
+        return;
+    }
+    let host = verdict.summary.clone();
+    // A stuck non-collective kernel is the culprit; collectives only wait for one.
+    let stuck = heads
+        .iter()
+        .filter(|h| h.is_stuck())
+        .min_by_key(|h| h.judgement.as_ref().is_some_and(|j| j.collective));
+    if let Some(h) = stuck
+        && let Some(j) = &h.judgement
+    {
+        let (kind, what) = if j.collective {
+            (
+                VerdictKind::CollectiveWait,
+                "collective kernel waiting (the culprit is a peer rank)",
+            )
+        } else {
+            (VerdictKind::KernelWedge, "kernel wedged")
+        };
+        verdict.kind = kind;
+        verdict.summary = format!("{what}: {}. Host: {host}", describe(h, j));
+        return;
+    }
+    if verdict.kind != VerdictKind::Healthy
+        && let Some(h) = heads
+            .iter()
+            .find(|h| threads.iter().any(|t| t.blocked && t.pid == h.pid))
+        && let Some(j) = &h.judgement
+    {
+        if j.state == KernelState::Running {
+            verdict.kind = VerdictKind::Busy;
+            verdict.summary = format!(
+                "{host} They wait behind {} on stream {}, which has run ~{}, within its bound of {}: busy, not (yet) a wedge.",
+                h.kernel,
+                h.stream,
+                fmt_duration(h.running_ms),
+                fmt_duration(j.bound_ms)
+            );
+        } else {
+            verdict.summary = format!("{host} Suspect: {}.", describe(h, j));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::settings::Settings;
+
+    fn bounds() -> KernelBounds {
+        Settings::default().kernel
+    }
 
     fn head(name: &str, running_ms: f64) -> StreamHead {
         StreamHead {
@@ -296,32 +287,34 @@ mod tests {
         let j = judge(
             &head("long_kernel", 3_000.0),
             &History::default(),
-            &Bounds::default(),
+            &bounds(),
             &[blocked_thread()],
+            &[],
         );
-        assert_eq!(j.state, "running");
+        assert_eq!(j.state, KernelState::Running);
     }
 
     #[test]
     fn past_the_floor_with_blocked_threads_is_stuck_without_them_suspect() {
-        let b = Bounds::default();
+        let b = bounds();
         assert_eq!(
             judge(
                 &head("k", 6_000.0),
                 &History::default(),
                 &b,
-                &[blocked_thread()]
+                &[blocked_thread()],
+                &[]
             )
             .state,
-            "stuck"
+            KernelState::Stuck
         );
         assert_eq!(
-            judge(&head("k", 6_000.0), &History::default(), &b, &[]).state,
-            "suspect"
+            judge(&head("k", 6_000.0), &History::default(), &b, &[], &[]).state,
+            KernelState::Suspect
         );
         assert_eq!(
-            judge(&head("k", 61_000.0), &History::default(), &b, &[]).state,
-            "stuck"
+            judge(&head("k", 61_000.0), &History::default(), &b, &[], &[]).state,
+            KernelState::Stuck
         );
     }
 
@@ -334,21 +327,29 @@ mod tests {
         let j = judge(
             &head("slow", 6_000.0),
             &h,
-            &Bounds::default(),
+            &bounds(),
             &[blocked_thread()],
+            &[],
         );
-        assert_eq!(j.state, "running");
+        assert_eq!(j.state, KernelState::Running);
         assert!((j.bound_ms - 40_000.0).abs() < 1_000.0, "{j:?}");
     }
 
     #[test]
     fn collectives_are_recognised() {
         assert!(is_collective(
-            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            &[]
         ));
         assert!(is_collective(
-            "_ZN4vllm19cross_device_reduce1stIfLi8EEEvPNS_6RankDataE"
+            "_ZN4vllm19cross_device_reduce1stIfLi8EEEvPNS_6RankDataE",
+            &[]
         ));
-        assert!(!is_collective("_Z26attn_mbarrier_wedge_kernelPViy"));
+        assert!(!is_collective("_Z26attn_mbarrier_wedge_kernelPViy", &[]));
+        // Settings add patterns.
+        assert!(is_collective(
+            "_Z26attn_mbarrier_wedge_kernelPViy",
+            &["mbarrier_wedge".to_string()]
+        ));
     }
 }

@@ -1,323 +1,225 @@
-//! From the threads inside driver calls to one verdict a person on call can act on.
+//! The verdict pipeline — the one place a verdict is built, for every output (report, watch,
+//! run, trace, the daemon's logs and metrics, the flight recorder's dumps):
 //!
-//! eBPF alone sees the host side only: time inside the driver is the primary signal (a launch
-//! behind a full queue and a synchronize behind a stuck kernel both sit in the driver at 100%
-//! CPU; only the launch yields — notes/gpu-machine.md). Naming the stuck kernel needs the
-//! CUPTI shim; this module says what can be said without it.
+//! 1. threads inside driver calls → a host-side verdict (`host_calls`);
+//! 2. each stream's oldest kernel, judged against its bounds (`kernel`), refines it:
+//!    `kernel_wedge`, `collective_wait`, `busy`;
+//! 3. processes with no GPU work and spinning threads (`host_stall`) when nothing else is wrong;
+//! 4. ranks grouped into jobs, and a job's culprit rank appended (`job`).
+//!
+//! `Pipeline` owns what must last between ticks (symbolized stacks, ranks read from the
+//! environment) and the `Settings` it judges by.
 
+pub mod describe;
+pub mod host_calls;
 pub mod host_stall;
 pub mod job;
 pub mod kernel;
 
-use probe_common::api::{self, ApiClass};
-use serde::Serialize;
+use std::collections::HashMap;
 
-use crate::model::ThreadView;
+pub use host_calls::{Verdict, VerdictKind};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerdictKind {
-    /// No thread is inside a driver call past the bound.
-    Healthy,
-    /// A launch has been blocked past the bound: the driver's launch queue is full, so the
-    /// GPU stopped completing work — a wedged kernel is the usual cause.
-    LaunchQueueFull,
-    /// A synchronize has waited past the bound, no launch is blocked: a kernel runs long or is
-    /// wedged (a 3 s kernel looks the same from the host).
-    BlockedInSync,
-    /// A blocking copy has waited past the bound.
-    BlockedInCopy,
-    /// A thread found (by stack scan) inside libcuda past the bound, entry point unknown.
-    BlockedInDriver,
-    /// No GPU work and no kernel in flight for a while, threads spinning on the host.
-    HostStall,
-    /// Every target exited.
-    TargetExited,
-    /// (Shim journal) a non-collective kernel is stuck: past its bounds, with host threads
-    /// blocked behind it or past the hard bound.
-    KernelWedge,
-    /// (Shim journal) the stuck kernel is a collective: it waits for a peer rank.
-    CollectiveWait,
-    /// (Shim journal) threads wait behind a kernel that is still within its bounds.
-    Busy,
-}
+use crate::{
+    model::{Model, ThreadView, kernels::StreamHead},
+    settings::Settings,
+    verdict::{
+        host_stall::{HostStall, StackCache},
+        job::{Culprit, JobView, RankInfo},
+    },
+};
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Verdict {
-    pub kind: VerdictKind,
-    pub summary: String,
-}
-
-impl VerdictKind {
-    /// The JSON spelling, for text output too.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Healthy => "healthy",
-            Self::LaunchQueueFull => "launch_queue_full",
-            Self::BlockedInSync => "blocked_in_sync",
-            Self::BlockedInCopy => "blocked_in_copy",
-            Self::BlockedInDriver => "blocked_in_driver",
-            Self::HostStall => "host_stall",
-            Self::TargetExited => "target_exited",
-            Self::KernelWedge => "kernel_wedge",
-            Self::CollectiveWait => "collective_wait",
-            Self::Busy => "busy",
-        }
-    }
-}
-
-/// See the `unknown` filter in `decide`.
-const UNKNOWN_CALL_BOUND_MS: f64 = 10_000.0;
-
-/// `kernels_visible`: a shim journal is read, so `apply_kernels` will name the kernel; in
-/// eBPF-only mode the summary says it cannot.
-pub fn decide(
-    threads: &[ThreadView],
-    blocked_after_ms: f64,
-    any_alive: bool,
-    kernels_visible: bool,
-) -> Verdict {
-    if !any_alive {
-        return Verdict {
-            kind: VerdictKind::TargetExited,
-            summary: "every target exited".into(),
-        };
-    }
-    let blocked: Vec<&ThreadView> = threads.iter().filter(|t| t.blocked).collect();
-    let class = |t: &ThreadView| api::class(t.api_id);
-    let describe = |t: &ThreadView| {
-        let mut s = format!(
-            "tid {} ({}) in {} for {}{}",
-            t.tid,
-            t.name,
-            t.api,
-            if t.in_call_at_least { "≥ " } else { "" },
-            fmt_duration(t.in_call_ms)
-        );
-        if let Some(stream) = &t.stream {
-            s.push_str(&format!(" on stream {stream}"));
-        }
-        if t.sched_yield_per_s >= 1.0 {
-            s.push_str(&format!(", {:.0} sched_yield/s", t.sched_yield_per_s));
-        }
-        s
-    };
-    let list = |ts: &[&ThreadView]| {
-        ts.iter()
-            .map(|t| describe(t))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    let of = |c: Option<ApiClass>| -> Vec<&ThreadView> {
-        blocked.iter().copied().filter(|t| class(t) == c).collect()
-    };
-    // Inside libcuda but not in a traced entry point (module loading, JIT, initialisation can
-    // take seconds — seen on the H200 while Triton loaded a kernel): a verdict only when it
-    // lasts UNKNOWN_CALL_BOUND_MS.
-    let unknown: Vec<&ThreadView> = of(None)
-        .into_iter()
-        .filter(|t| t.in_call_ms >= UNKNOWN_CALL_BOUND_MS.max(blocked_after_ms))
-        .collect();
-    let launch_tail = if kernels_visible {
-        "A kernel ahead in the queue is likely wedged."
-    } else {
-        "A kernel ahead in the queue is likely wedged; eBPF-only mode cannot name it."
-    };
-    // A launch that waits for room in a full queue spins in sched_yield (~72k/s on the H200);
-    // one that waits without yielding (a lazy module load, a driver lock behind the GPU) is
-    // said to be what was measured, not a full queue.
-    let launches = of(Some(ApiClass::Launch));
-    let launch_opening = if launches.iter().any(|t| t.sched_yield_per_s >= 1000.0) {
-        "GPU not completing work: launch blocked (driver launch queue full): "
-    } else {
-        "GPU not completing work: launch blocked with no sched_yield seen (not the full-queue spin, which yields ~72k/s on the H200: a lazy module load or a driver lock waiting behind the GPU): "
-    };
-    // In order of strength: (threads, kind, opening, closing, list the other blocked threads).
-    let groups = [
-        (
-            launches,
-            VerdictKind::LaunchQueueFull,
-            launch_opening,
-            launch_tail,
-            true,
-        ),
-        (
-            of(Some(ApiClass::Sync)),
-            VerdictKind::BlockedInSync,
-            "GPU work not completing: ",
-            "A kernel is running long or is wedged.",
-            true,
-        ),
-        (
-            unknown,
-            VerdictKind::BlockedInDriver,
-            "threads stuck inside the CUDA driver: ",
-            "GPU work is likely not completing.",
-            true,
-        ),
-        (
-            of(Some(ApiClass::Copy)),
-            VerdictKind::BlockedInCopy,
-            "blocking copy not completing: ",
-            "",
-            false,
-        ),
-    ];
-    for (group, kind, opening, closing, with_others) in groups {
-        if group.is_empty() {
-            continue;
-        }
-        let rest: Vec<&ThreadView> = blocked
-            .iter()
-            .copied()
-            .filter(|t| !group.iter().any(|g| (g.pid, g.tid) == (t.pid, t.tid)))
-            .collect();
-        let others = if with_others && !rest.is_empty() {
-            format!(" Also blocked: {}.", list(&rest))
-        } else {
-            String::new()
-        };
-        let closing = if closing.is_empty() {
-            String::new()
-        } else {
-            format!(" {closing}")
-        };
-        return Verdict {
-            kind,
-            summary: format!("{opening}{}.{others}{closing}", list(&group)),
-        };
-    }
-    // Blocked threads that are left are inside libcuda at an entry point not traced, under
-    // its bound: the table lists them as blocked, so the summary must not say "no thread"
-    // (issue 13: a table with a BLOCKED row under "no thread inside a CUDA driver call").
-    let summary = if blocked.is_empty() {
-        format!(
-            "no thread inside a CUDA driver call for longer than {}",
-            fmt_duration(blocked_after_ms)
-        )
-    } else {
-        format!(
-            "no thread blocked in a traced CUDA call for longer than {}; inside libcuda at an \
-             entry point not traced, under the {} bound for module loads and JIT: {}",
-            fmt_duration(blocked_after_ms),
-            fmt_duration(UNKNOWN_CALL_BOUND_MS.max(blocked_after_ms)),
-            list(&blocked)
-        )
-    };
-    Verdict {
-        kind: VerdictKind::Healthy,
-        summary,
-    }
-}
-
-pub fn fmt_duration(ms: f64) -> String {
-    if ms >= 1000.0 {
-        format!("{:.1} s", ms / 1000.0)
-    } else {
-        format!("{ms:.0} ms")
-    }
-}
-
-/// What the model says now: threads inside calls, each stream's oldest kernel (judged), and
-/// the verdict over both — what `watch`, `trace` and the flight recorder evaluate each tick.
+/// What the model says now: threads inside calls, each stream's oldest kernel (judged), host
+/// stalls, jobs, and the verdict over them.
+#[derive(Clone, Debug)]
 pub struct Evaluation {
     pub threads: Vec<ThreadView>,
-    pub kernels: Vec<crate::journal::heads::StreamHead>,
+    pub kernels: Vec<StreamHead>,
+    pub host_stalls: Vec<HostStall>,
+    /// Jobs of two or more ranks (every target together only).
+    pub jobs: Vec<JobView>,
     pub verdict: Verdict,
 }
 
+impl Evaluation {
+    /// The pid the verdict is about: the stuck kernel's process, else a blocked thread's,
+    /// else one in a host stall, else `first`.
+    pub fn pid(&self, first: u32) -> u32 {
+        self.kernels
+            .iter()
+            .find(|k| k.is_stuck())
+            .map(|k| k.pid)
+            .or_else(|| self.threads.iter().find(|t| t.blocked).map(|t| t.pid))
+            .or_else(|| self.host_stalls.first().map(|s| s.pid))
+            .unwrap_or(first)
+    }
+
+    /// The first job's culprit rank, if a job has one.
+    pub fn culprit(&self) -> Option<&Culprit> {
+        self.jobs.iter().find_map(|j| j.culprit.as_ref())
+    }
+}
+
 /// A host stall is the verdict when nothing else is wrong (no blocked call, no stuck kernel).
-pub fn apply_host_stalls(verdict: &mut Verdict, stalls: &[crate::verdict::host_stall::HostStall]) {
+fn apply_host_stalls(verdict: &mut Verdict, stalls: &[HostStall]) {
     if stalls.is_empty() || !matches!(verdict.kind, VerdictKind::Healthy | VerdictKind::Busy) {
         return;
     }
-    let parts: Vec<String> = stalls
-        .iter()
-        .map(crate::verdict::host_stall::describe)
-        .collect();
+    let parts: Vec<String> = stalls.iter().map(host_stall::describe).collect();
     *verdict = Verdict {
         kind: VerdictKind::HostStall,
         summary: parts.join(". "),
     };
 }
 
-/// What a verdict is made from, read from the model once per evaluation.
-struct Seen {
-    threads: Vec<ThreadView>,
-    heads: Vec<crate::journal::heads::StreamHead>,
-    stalls: Vec<crate::verdict::host_stall::HostStall>,
+pub struct Pipeline {
+    pub settings: Settings,
+    stacks: StackCache,
+    /// Ranks from each target's environment, which does not change: read once per process.
+    ranks: HashMap<u32, RankInfo>,
 }
 
-impl Seen {
-    fn read(model: &crate::model::Model, now_ns: u64, blocked_after_ms: f64) -> Self {
+impl Pipeline {
+    pub fn new(settings: Settings) -> Self {
         Self {
-            threads: model.threads_in_calls(now_ns, (blocked_after_ms * 1e6) as u64),
-            heads: model.kernel_heads(),
-            stalls: crate::verdict::host_stall::find(model, now_ns),
+            settings,
+            stacks: StackCache::default(),
+            ranks: HashMap::new(),
         }
     }
 
-    /// The verdict over every target together.
-    fn judge_all(
+    /// Every target together: the verdict `report`, `watch`, `run` and `trace` give, with the
+    /// job culprit appended to its summary.
+    pub fn evaluate(&mut self, model: &Model, now_ns: u64) -> Evaluation {
+        let seen = self.read(model, now_ns);
+        self.judge_all(model, seen)
+    }
+
+    /// The daemon's: every target together (the trace's verdict marks, jobs) and each process
+    /// on its own, from one read of the model.
+    pub fn evaluate_all_and_each(
+        &mut self,
+        model: &Model,
+        now_ns: u64,
+    ) -> (Evaluation, Vec<(u32, Evaluation)>) {
+        let seen = self.read(model, now_ns);
+        let each = self.judge_each(model, &seen);
+        (self.judge_all(model, seen), each)
+    }
+
+    fn read(&mut self, model: &Model, now_ns: u64) -> Seen {
+        Seen {
+            threads: model.threads_in_calls(now_ns, self.settings.blocked_after_ns()),
+            heads: model.kernel_heads(),
+            stalls: host_stall::find(
+                model,
+                now_ns,
+                self.settings.stall_after_ns(),
+                &mut self.stacks,
+            ),
+        }
+    }
+
+    /// One process's (or every target's) verdict from what it was seen doing.
+    fn judge(
         &self,
-        model: &crate::model::Model,
-        blocked_after_ms: f64,
-        bounds: &crate::verdict::kernel::Bounds,
-    ) -> Evaluation {
-        let threads = self.threads.clone();
-        let any_alive = model.procs.values().any(|p| !p.exited);
-        let mut verdict = decide(&threads, blocked_after_ms, any_alive, model.journal_read());
-        let mut kernels = self.heads.clone();
-        apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
-        apply_host_stalls(&mut verdict, &self.stalls);
+        model: &Model,
+        threads: &[ThreadView],
+        heads: &mut [StreamHead],
+        stalls: &[HostStall],
+        alive: bool,
+        journal: bool,
+    ) -> Verdict {
+        let s = &self.settings;
+        let mut verdict = host_calls::decide(threads, s.blocked_after_ms(), alive, journal);
+        kernel::apply_kernels(
+            &mut verdict,
+            threads,
+            heads,
+            &model.history,
+            &s.kernel,
+            &s.collectives,
+        );
+        apply_host_stalls(&mut verdict, stalls);
+        verdict
+    }
+
+    fn judge_all(&mut self, model: &Model, seen: Seen) -> Evaluation {
+        let Seen {
+            threads,
+            mut heads,
+            stalls,
+        } = seen;
+        let alive = model.procs.values().any(|p| !p.exited);
+        let mut verdict = self.judge(
+            model,
+            &threads,
+            &mut heads,
+            &stalls,
+            alive,
+            model.journal_read(),
+        );
+        self.ranks.retain(|pid, _| model.procs.contains_key(pid));
+        let infos: Vec<RankInfo> = model
+            .procs
+            .keys()
+            .map(|&pid| {
+                self.ranks
+                    .entry(pid)
+                    .or_insert_with(|| job::read_rank_info(pid))
+                    .clone()
+            })
+            .collect();
+        let jobs = job::analyze(&infos, &heads, self.settings.one_job, &|pid| {
+            model.kernels_known(pid)
+        });
+        if let Some(c) = jobs.iter().find_map(|j| j.culprit.as_ref()) {
+            verdict.summary = format!("{} Job: {}", verdict.summary, c.summary);
+        }
         Evaluation {
             threads,
-            kernels,
+            kernels: heads,
+            host_stalls: stalls,
+            jobs,
             verdict,
         }
     }
 
-    /// The verdict of each process on its own.
-    fn judge_each(
-        &self,
-        model: &crate::model::Model,
-        blocked_after_ms: f64,
-        bounds: &crate::verdict::kernel::Bounds,
-    ) -> Vec<(u32, Evaluation)> {
+    fn judge_each(&self, model: &Model, seen: &Seen) -> Vec<(u32, Evaluation)> {
         model
             .procs
             .iter()
             .map(|(&pid, p)| {
-                let threads: Vec<ThreadView> = self
+                let threads: Vec<ThreadView> = seen
                     .threads
                     .iter()
                     .filter(|t| t.pid == pid)
                     .cloned()
                     .collect();
-                let mut kernels: Vec<_> = self
+                let mut heads: Vec<StreamHead> = seen
                     .heads
                     .iter()
                     .filter(|h| h.pid == pid)
                     .cloned()
                     .collect();
-                let journal = model
-                    .journals
-                    .get(&pid)
-                    .is_some_and(|j| !j.status.starts_with("rejected"));
-                let mut verdict = decide(&threads, blocked_after_ms, !p.exited, journal);
-                apply_kernels(&mut verdict, &threads, &mut kernels, &model.history, bounds);
-                let mine: Vec<_> = self
+                let stalls: Vec<HostStall> = seen
                     .stalls
                     .iter()
                     .filter(|s| s.pid == pid)
                     .cloned()
                     .collect();
-                apply_host_stalls(&mut verdict, &mine);
+                let journal = model
+                    .journals
+                    .get(&pid)
+                    .is_some_and(|j| j.status.is_readable());
+                let verdict = self.judge(model, &threads, &mut heads, &stalls, !p.exited, journal);
                 (
                     pid,
                     Evaluation {
                         threads,
-                        kernels,
+                        kernels: heads,
+                        host_stalls: stalls,
+                        jobs: Vec::new(),
                         verdict,
                     },
                 )
@@ -326,214 +228,9 @@ impl Seen {
     }
 }
 
-/// The daemon's evaluation: every target together (for the trace's verdict marks and jobs)
-/// and each process on its own, from one read of the model.
-pub fn evaluate_all_and_each(
-    model: &crate::model::Model,
-    now_ns: u64,
-    blocked_after_ms: f64,
-    bounds: &crate::verdict::kernel::Bounds,
-) -> (Evaluation, Vec<(u32, Evaluation)>) {
-    let seen = Seen::read(model, now_ns, blocked_after_ms);
-    (
-        seen.judge_all(model, blocked_after_ms, bounds),
-        seen.judge_each(model, blocked_after_ms, bounds),
-    )
-}
-
-pub fn evaluate(
-    model: &crate::model::Model,
-    now_ns: u64,
-    blocked_after_ms: f64,
-    bounds: &crate::verdict::kernel::Bounds,
-) -> Evaluation {
-    Seen::read(model, now_ns, blocked_after_ms).judge_all(model, blocked_after_ms, bounds)
-}
-
-/// With a shim journal, judges each stream's oldest unfinished kernel (`kernel_verdict`) and
-/// refines the host-side verdict: a stuck kernel makes it `kernel_wedge` (or
-/// `collective_wait` for a collective, whose culprit is another rank), and threads blocked
-/// behind a kernel still within its bounds make it `busy`.
-pub fn apply_kernels(
-    verdict: &mut Verdict,
-    threads: &[ThreadView],
-    heads: &mut [crate::journal::heads::StreamHead],
-    history: &crate::verdict::kernel::History,
-    bounds: &crate::verdict::kernel::Bounds,
-) {
-    use crate::verdict::kernel::{describe, judge};
-    for h in heads.iter_mut() {
-        h.judgement = Some(judge(h, history, bounds, threads));
-    }
-    if matches!(verdict.kind, VerdictKind::TargetExited) {
-        return;
-    }
-    let state = |h: &&crate::journal::heads::StreamHead| {
-        h.judgement.as_ref().map_or("running", |j| j.state)
-    };
-    let host = verdict.summary.clone();
-    // A stuck non-collective kernel is the culprit; collectives only wait for one.
-    let stuck = heads
-        .iter()
-        .filter(|h| state(h) == "stuck")
-        .min_by_key(|h| h.judgement.as_ref().is_some_and(|j| j.collective));
-    if let Some(h) = stuck
-        && let Some(j) = &h.judgement
-    {
-        let (kind, what) = if j.collective {
-            (
-                VerdictKind::CollectiveWait,
-                "collective kernel waiting (the culprit is a peer rank)",
-            )
-        } else {
-            (VerdictKind::KernelWedge, "kernel wedged")
-        };
-        verdict.kind = kind;
-        verdict.summary = format!("{what}: {}. Host: {host}", describe(h, j));
-        return;
-    }
-    if verdict.kind != VerdictKind::Healthy
-        && let Some(h) = heads
-            .iter()
-            .find(|h| threads.iter().any(|t| t.blocked && t.pid == h.pid))
-        && let Some(j) = &h.judgement
-    {
-        if j.state == "running" {
-            verdict.kind = VerdictKind::Busy;
-            verdict.summary = format!(
-                "{host} They wait behind {} on stream {}, which has run ~{}, within its bound of {}: busy, not (yet) a wedge.",
-                h.kernel,
-                h.stream,
-                fmt_duration(h.running_ms),
-                fmt_duration(j.bound_ms)
-            );
-        } else {
-            verdict.summary = format!("{host} Suspect: {}.", describe(h, j));
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn thread(api: &'static str, ms: f64, bound: f64) -> ThreadView {
-        ThreadView::for_test(api, ms, bound)
-    }
-
-    #[test]
-    fn blocked_launch_wins_over_sync() {
-        let v = decide(
-            &[
-                thread("cuStreamSynchronize", 5000.0, 1000.0),
-                thread("cuLaunchKernel", 4000.0, 1000.0),
-            ],
-            1000.0,
-            true,
-            false,
-        );
-        assert_eq!(v.kind, VerdictKind::LaunchQueueFull);
-        assert!(v.summary.contains("cuLaunchKernel") && v.summary.contains("cuStreamSynchronize"));
-    }
-
-    /// A thread inside libcuda at an entry point not traced, past the blocked bound but under
-    /// the module-load bound, is listed blocked in the table: the healthy summary names it
-    /// rather than saying "no thread inside a CUDA driver call" (issue 13, item 2).
-    #[test]
-    fn a_healthy_summary_never_contradicts_a_blocked_row() {
-        let v = decide(
-            &[thread(
-                crate::model::UNKNOWN_ENTRY_POINT_NAME,
-                2500.0,
-                1000.0,
-            )],
-            1000.0,
-            true,
-            true,
-        );
-        assert_eq!(v.kind, VerdictKind::Healthy);
-        assert!(!v.summary.starts_with("no thread inside"), "{}", v.summary);
-        assert!(
-            v.summary.contains("tid 2500") && v.summary.contains("entry point not traced"),
-            "{}",
-            v.summary
-        );
-        let idle = decide(&[], 1000.0, true, true);
-        assert!(
-            idle.summary.starts_with("no thread inside"),
-            "{}",
-            idle.summary
-        );
-    }
-
-    /// A launch blocked while yielding is the full queue; one blocked without a yield (a lazy
-    /// module load behind a stuck kernel on the H200) is said to be what was measured.
-    #[test]
-    fn a_launch_blocked_without_yields_is_not_called_a_full_queue() {
-        let quiet = decide(
-            &[thread("cuLaunchKernel", 4000.0, 1000.0)],
-            1000.0,
-            true,
-            false,
-        );
-        assert_eq!(quiet.kind, VerdictKind::LaunchQueueFull);
-        assert!(
-            !quiet.summary.contains("launch queue full"),
-            "{}",
-            quiet.summary
-        );
-        assert!(
-            quiet.summary.contains("no sched_yield seen"),
-            "{}",
-            quiet.summary
-        );
-        let mut spinning = thread("cuLaunchKernel", 4000.0, 1000.0);
-        spinning.sched_yield_per_s = 72_000.0;
-        let full = decide(&[spinning], 1000.0, true, false);
-        assert!(
-            full.summary.contains("driver launch queue full"),
-            "{}",
-            full.summary
-        );
-    }
-
-    #[test]
-    fn short_calls_are_healthy() {
-        let v = decide(
-            &[thread("cuStreamSynchronize", 3.0, 1000.0)],
-            1000.0,
-            true,
-            false,
-        );
-        assert_eq!(v.kind, VerdictKind::Healthy);
-        assert_eq!(
-            decide(&[], 1000.0, false, false).kind,
-            VerdictKind::TargetExited
-        );
-    }
-
-    #[test]
-    fn a_few_seconds_inside_an_untraced_driver_call_is_not_a_verdict() {
-        let mut t = thread("libcuda (entry point unknown)", 3000.0, 1000.0);
-        assert_eq!(
-            decide(&[t.clone()], 1000.0, true, false).kind,
-            VerdictKind::Healthy
-        );
-        t.in_call_ms = 12_000.0;
-        assert_eq!(
-            decide(&[t], 1000.0, true, false).kind,
-            VerdictKind::BlockedInDriver
-        );
-    }
-
-    #[test]
-    fn sync_alone() {
-        let v = decide(
-            &[thread("cuCtxSynchronize", 1500.0, 1000.0)],
-            1000.0,
-            true,
-            false,
-        );
-        assert_eq!(v.kind, VerdictKind::BlockedInSync);
-    }
+/// What a verdict is made from, read from the model once per evaluation.
+struct Seen {
+    threads: Vec<ThreadView>,
+    heads: Vec<StreamHead>,
+    stalls: Vec<HostStall>,
 }

@@ -6,6 +6,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use serde::Deserialize;
 
+use crate::settings::{Settings, defaults, parse_duration};
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub listen: SocketAddr,
@@ -17,6 +19,7 @@ pub struct Config {
     pub kernel_floor: Duration,
     pub kernel_multiple: f64,
     pub kernel_hard_bound: Duration,
+    pub stall_after: Duration,
     pub flight_seconds: Duration,
     pub flight_max_events: usize,
     pub json_logs: bool,
@@ -26,21 +29,26 @@ pub struct Config {
 }
 
 impl Default for Config {
+    /// `settings::defaults`, the one place defaults are defined.
     fn default() -> Self {
+        let dur = |s: &str| parse_duration(s).unwrap_or(Duration::from_secs(1));
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
-            dump_dir: PathBuf::from("/var/lib/wedgeprobe/dumps"),
-            dump_max_bytes: 1 << 30,
-            scan_interval: Duration::from_secs(2),
-            tick: Duration::from_millis(250),
-            blocked_after: Duration::from_secs(1),
-            kernel_floor: Duration::from_secs(5),
-            kernel_multiple: 10.0,
-            kernel_hard_bound: Duration::from_secs(60),
-            flight_seconds: Duration::from_secs(30),
-            flight_max_events: 200_000,
+            listen: defaults::DAEMON_LISTEN
+                .parse()
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 9464))),
+            dump_dir: PathBuf::from(defaults::DAEMON_DUMP_DIR),
+            dump_max_bytes: defaults::DAEMON_DUMP_MAX_MB << 20,
+            scan_interval: dur(defaults::DAEMON_SCAN_INTERVAL),
+            tick: dur(defaults::DAEMON_TICK),
+            blocked_after: dur(defaults::BLOCKED_AFTER),
+            kernel_floor: dur(defaults::KERNEL_FLOOR),
+            kernel_multiple: defaults::KERNEL_MULTIPLE,
+            kernel_hard_bound: dur(defaults::KERNEL_HARD_BOUND),
+            stall_after: dur(defaults::STALL_AFTER),
+            flight_seconds: dur(defaults::FLIGHT_SECONDS),
+            flight_max_events: defaults::DAEMON_FLIGHT_MAX_EVENTS,
             json_logs: false,
-            max_targets: 64,
+            max_targets: defaults::DAEMON_MAX_TARGETS,
             collectives: Vec::new(),
         }
     }
@@ -59,6 +67,7 @@ struct File {
     kernel_floor: Option<String>,
     kernel_multiple: Option<f64>,
     kernel_hard_bound: Option<String>,
+    stall_after: Option<String>,
     flight_seconds: Option<String>,
     flight_max_events: Option<usize>,
     log_format: Option<String>,
@@ -106,7 +115,7 @@ pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
     let dur = |k: &'static str, v: &Option<String>, d: Duration| -> Result<Duration, ConfigError> {
         match v {
             None => Ok(d),
-            Some(s) => crate::cli::parse_duration(s).map_err(|r| key(k, r)),
+            Some(s) => parse_duration(s).map_err(|r| key(k, r)),
         }
     };
     let d = Config::default();
@@ -140,6 +149,7 @@ pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
             &f.kernel_hard_bound,
             d.kernel_hard_bound,
         )?,
+        stall_after: dur("stall_after", &f.stall_after, d.stall_after)?,
         flight_seconds: dur("flight_seconds", &f.flight_seconds, d.flight_seconds)?,
         flight_max_events: match f.flight_max_events {
             None => d.flight_max_events,
@@ -164,12 +174,16 @@ pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
 }
 
 impl Config {
-    pub fn bounds(&self) -> crate::verdict::kernel::Bounds {
-        crate::verdict::kernel::Bounds {
-            floor_ms: self.kernel_floor.as_secs_f64() * 1e3,
-            multiple: self.kernel_multiple,
-            hard_ms: self.kernel_hard_bound.as_secs_f64() * 1e3,
-        }
+    /// The settings the daemon judges by (no `--job` here: jobs come from environments).
+    pub fn settings(&self) -> Settings {
+        Settings::new(
+            self.blocked_after,
+            self.kernel_floor,
+            self.kernel_multiple,
+            self.kernel_hard_bound,
+            self.stall_after,
+        )
+        .with_collectives(&self.collectives)
     }
 
     pub fn flight(&self) -> crate::output::trace::flight::FlightConfig {

@@ -13,22 +13,24 @@ use std::{
     io::Write,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use serde_json::json;
 
-use crate::output::metrics::{
-    self as metrics, Hist, ProcessMetrics, Snapshot, StreamMetrics, bounded_label,
-};
 use crate::{
-    collect::collector::Collector,
-    collect::probe::Probe,
+    cli::DaemonArgs,
+    collect::{collector::Collector, probe::Probe},
+    engine::{Engine, EngineOptions, Event, Tick},
     error::ProbeError,
     model::api_name,
-    output::report::TargetFacts,
-    output::trace::{Names, TickRecorder, flight::FlightRecorder},
+    output::{
+        metrics::{self, Hist, ProcessMetrics, Snapshot, StreamMetrics, bounded_label},
+        report::TargetFacts,
+    },
     process::target::Target,
-    signals, sys, verdict,
+    signals, sys,
+    verdict::{Evaluation, Pipeline},
 };
 use config::Config;
 
@@ -36,13 +38,6 @@ use config::Config;
 const MAX_RECORDS_PER_TICK: u64 = 1024;
 /// In-flight tables are scanned this often (see `run`).
 const HEADS_EVERY_NS: u64 = 1_000_000_000;
-
-#[derive(clap::Args, Debug)]
-pub struct DaemonArgs {
-    /// TOML configuration (README, "The daemon"); defaults without it.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-}
 
 /// Structured log lines on stderr: text, or one JSON object per line.
 struct Log {
@@ -66,12 +61,11 @@ impl Log {
 }
 
 pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
-    let mut cfg =
+    let cfg =
         config::load(args.config.as_deref()).map_err(|e| ProbeError::Config(e.to_string()))?;
     let log = Log {
         json: cfg.json_logs,
     };
-    crate::verdict::kernel::set_extra_collectives(cfg.collectives.clone());
     let snapshot = Arc::new(Mutex::new(Snapshot::default()));
     let bound = crate::output::metrics::http::serve(cfg.listen, snapshot.clone())?;
     let mut collector = Collector::new(Probe::load()?)?;
@@ -94,208 +88,247 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             cfg.dump_dir.display()
         ),
     );
-    let mut discovery = discover::Discovery::default();
-    let mut facts: HashMap<u32, TargetFacts> = HashMap::new();
-    let mut flight = FlightRecorder::new(cfg.flight());
-    let mut ticks = TickRecorder::start(&mut collector);
-    let mut names = Names::default();
-    let mut verdicts: HashMap<u32, &'static str> = HashMap::new();
-    let mut rank_infos: HashMap<u32, crate::verdict::job::RankInfo> = HashMap::new();
-    let mut last_streams: HashMap<u32, Vec<StreamMetrics>> = HashMap::new();
-    let mut snap = Snapshot::default();
-    let mut last_scan = 0u64;
-    let start = sys::monotonic_ns();
-    // WEDGEPROBE_DEBUG_TICK=1: where a tick's time goes, every 100 ticks on stderr.
-    let debug_tick = std::env::var_os("WEDGEPROBE_DEBUG_TICK").is_some();
-    let mut phases = [std::time::Duration::ZERO; 3];
-    let mut ticks_seen = 0u64;
+    let engine = Engine::new(
+        collector,
+        HashMap::new(),
+        Pipeline::new(cfg.settings()),
+        EngineOptions {
+            flight: Some(cfg.flight()),
+            record_trace: false,
+            per_process: true,
+            launch_returns: false,
+        },
+        sys::monotonic_ns(),
+    );
+    let mut d = Daemon {
+        engine,
+        cfg,
+        log,
+        discovery: discover::Discovery::default(),
+        last_streams: HashMap::new(),
+        snap: Snapshot::default(),
+        last_scan: 0,
+        // WEDGEPROBE_DEBUG_TICK=1: where a tick's time goes, every 100 ticks on stderr.
+        debug: std::env::var_os("WEDGEPROBE_DEBUG_TICK").map(|_| TickDebug::default()),
+    };
     loop {
         let now = sys::monotonic_ns();
         if signals::stop_requested() {
             break;
         }
         if signals::reload_requested() {
-            match config::load(args.config.as_deref()) {
-                Ok(new) => {
-                    if new.listen != cfg.listen {
-                        log.event(
-                            "config_note",
-                            json!({"key": "listen"}),
-                            "`listen` changes need a restart; the rest is applied".into(),
-                        );
-                    }
-                    flight.config = new.flight();
-                    crate::verdict::kernel::set_extra_collectives(new.collectives.clone());
-                    cfg = Config {
-                        listen: cfg.listen,
-                        ..new
-                    };
-                    snap.config_reloads_total += 1;
-                    log.event(
-                        "config_reloaded",
-                        json!({"config": args.config}),
-                        "configuration reloaded".into(),
+            d.reload(args.config.as_deref());
+        }
+        d.discover(now);
+        let t0 = Instant::now();
+        let tick = d.engine.tick(now);
+        d.handle(&tick);
+        d.publish(&tick, &snapshot);
+        if let Some(debug) = &mut d.debug {
+            debug.add(t0.elapsed(), &mut d.engine.collector);
+        }
+        std::thread::sleep(d.cfg.tick);
+    }
+    d.engine.detach_all();
+    d.log
+        .event("stopped", json!({}), "stopped; detached".into());
+    Ok(())
+}
+
+struct Daemon {
+    engine: Engine,
+    cfg: Config,
+    log: Log,
+    discovery: discover::Discovery,
+    /// Per process, the per-stream series of the last in-flight table scan.
+    last_streams: HashMap<u32, Vec<StreamMetrics>>,
+    snap: Snapshot,
+    last_scan: u64,
+    debug: Option<TickDebug>,
+}
+
+impl Daemon {
+    /// SIGHUP: the new configuration, except `listen` (the socket stays bound).
+    fn reload(&mut self, path: Option<&Path>) {
+        match config::load(path) {
+            Ok(new) => {
+                if new.listen != self.cfg.listen {
+                    self.log.event(
+                        "config_note",
+                        json!({"key": "listen"}),
+                        "`listen` changes need a restart; the rest is applied".into(),
                     );
                 }
-                Err(e) => {
-                    snap.config_errors_total += 1;
-                    log.event(
-                        "config_rejected",
-                        json!({"error": e.to_string()}),
-                        format!("configuration rejected, keeping the old one: {e}"),
-                    );
-                }
-            }
-        }
-        if now.saturating_sub(last_scan) >= cfg.scan_interval.as_nanos() as u64 {
-            last_scan = now;
-            let attached = |pid: u32| collector.model.procs.contains_key(&pid);
-            for pid in discovery.candidates(&attached) {
-                if collector.model.procs.len() >= cfg.max_targets {
-                    break;
-                }
-                match Target::open(pid) {
-                    Ok(target) => {
-                        let comm = target.comm.clone();
-                        match collector.attach(target, false) {
-                            Ok(a) => {
-                                facts.insert(
-                                    pid,
-                                    TargetFacts {
-                                        traced: a.lib.waits.len(),
-                                        launch_probes: a.launch_probes,
-                                        missing: a.lib.missing.clone(),
-                                    },
-                                );
-                                log.event("attached", json!({"pid": pid, "comm": comm, "launch_probes": a.launch_probes}),
-                                    format!("attached to pid {pid} ({comm}); launch probes: {}", a.launch_probes));
-                            }
-                            Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => {
-                                // It exited while being attached (H200: a short-lived child
-                                // that mapped libcuda): nothing to report.
-                                discovery.forget(pid);
-                            }
-                            Err(e) => {
-                                discovery.not_now(pid, cfg.scan_interval);
-                                log.event(
-                                    "attach_failed",
-                                    json!({"pid": pid, "error": format!("{e:#}")}),
-                                    format!("cannot attach to pid {pid}: {e:#}"),
-                                );
-                            }
-                        }
-                    }
-                    Err(_) => discovery.not_now(pid, cfg.scan_interval),
-                }
-            }
-            snap.discovery_scans_total = discovery.scans;
-            snap.discovery_scan_seconds = discovery.last_scan.as_secs_f64();
-            snap.discovery_pending = discovery.pending() as u64;
-        }
-        let t0 = std::time::Instant::now();
-        for gone in collector.poll(now) {
-            log.event(
-                "detached",
-                json!({"pid": gone.pid, "comm": gone.comm}),
-                format!("pid {} ({}) exited; forgotten", gone.pid, gone.comm),
-            );
-            collector.forget(gone.pid);
-            facts.remove(&gone.pid);
-            last_streams.remove(&gone.pid);
-            verdicts.remove(&gone.pid);
-            discovery.forget(gone.pid);
-        }
-        for (pid, outcome) in collector.take_launch_probe_changes() {
-            if let (Ok(how), Some(f)) = (&outcome, facts.get_mut(&pid)) {
-                f.launch_probes = how;
-            }
-            log.event(
-                "shim_stopped",
-                json!({"pid": pid, "launch_probes": outcome.as_ref().ok(), "error": outcome.as_ref().err()}),
-                match &outcome {
-                    Ok(how) => format!("pid {pid}: the shim stopped recording (released or off); launch probes: {how}"),
-                    Err(e) => format!("pid {pid}: the shim stopped recording (released or off); launch probes could not be added: {e}"),
-                },
-            );
-        }
-        let t_poll = t0.elapsed();
-        names.update(&collector.model);
-        let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
-        let bounds = cfg.bounds();
-        let t1 = std::time::Instant::now();
-        // Each process's verdict, and all of them together for the flight recorder's trace.
-        let (all, each) = verdict::evaluate_all_and_each(&collector.model, now, bound_ms, &bounds);
-        let first = each.first().map_or(0, |e| e.0);
-        let pid = crate::output::trace::verdict_pid(&all.threads, &all.kernels, first);
-        let events = ticks.tick(
-            &mut collector,
-            &all.threads,
-            &all.kernels,
-            &all.verdict,
-            pid,
-            now,
-        );
-        flight.push(events, now);
-        let t_eval = t1.elapsed();
-        let mut processes = Vec::new();
-        for (pid, ev) in &each {
-            let kind = ev.verdict.kind.as_str();
-            let before = verdicts.insert(*pid, kind);
-            if before != Some(kind) {
-                *snap.verdicts_total.entry(kind).or_default() += 1;
-                if before.is_some() || kind != "healthy" {
-                    log.event(
-                        "verdict",
-                        json!({"pid": pid, "kind": kind, "summary": ev.verdict.summary}),
-                        format!("pid {pid}: {kind}: {}", ev.verdict.summary),
-                    );
-                }
-            }
-            if flight.should_dump(*pid, kind) {
-                dump(
-                    &mut flight,
-                    &collector,
-                    &facts,
-                    &names,
-                    &cfg,
-                    &log,
-                    *pid,
-                    now,
-                    start,
-                    &mut snap,
+                self.engine.set_flight(new.flight());
+                self.engine.pipeline.settings = new.settings();
+                self.cfg = Config {
+                    listen: self.cfg.listen,
+                    ..new
+                };
+                self.snap.config_reloads_total += 1;
+                self.log.event(
+                    "config_reloaded",
+                    json!({"config": path}),
+                    "configuration reloaded".into(),
                 );
             }
-            let mut pm = process_metrics(&collector, *pid, ev, kind);
+            Err(e) => {
+                self.snap.config_errors_total += 1;
+                self.log.event(
+                    "config_rejected",
+                    json!({"error": e.to_string()}),
+                    format!("configuration rejected, keeping the old one: {e}"),
+                );
+            }
+        }
+    }
+
+    /// Every `scan_interval`: attaches to CUDA processes not watched yet.
+    fn discover(&mut self, now: u64) {
+        if now.saturating_sub(self.last_scan) < self.cfg.scan_interval.as_nanos() as u64 {
+            return;
+        }
+        self.last_scan = now;
+        let collector = &mut self.engine.collector;
+        let attached = |pid: u32| collector.model.procs.contains_key(&pid);
+        for pid in self.discovery.candidates(&attached) {
+            if collector.model.procs.len() >= self.cfg.max_targets {
+                break;
+            }
+            let Ok(target) = Target::open(pid) else {
+                self.discovery.not_now(pid, self.cfg.scan_interval);
+                continue;
+            };
+            let comm = target.comm.clone();
+            match collector.attach(target, false) {
+                Ok(a) => {
+                    self.engine.facts.insert(
+                        pid,
+                        TargetFacts {
+                            traced: a.lib.waits.len(),
+                            launch_probes: a.launch_probes,
+                            missing: a.lib.missing.clone(),
+                        },
+                    );
+                    self.log.event(
+                        "attached",
+                        json!({"pid": pid, "comm": comm, "launch_probes": a.launch_probes}),
+                        format!(
+                            "attached to pid {pid} ({comm}); launch probes: {}",
+                            a.launch_probes
+                        ),
+                    );
+                }
+                Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => {
+                    // It exited while being attached (H200: a short-lived child that mapped
+                    // libcuda): nothing to report.
+                    self.discovery.forget(pid);
+                }
+                Err(e) => {
+                    self.discovery.not_now(pid, self.cfg.scan_interval);
+                    self.log.event(
+                        "attach_failed",
+                        json!({"pid": pid, "error": format!("{e:#}")}),
+                        format!("cannot attach to pid {pid}: {e:#}"),
+                    );
+                }
+            }
+        }
+        self.snap.discovery_scans_total = self.discovery.scans;
+        self.snap.discovery_scan_seconds = self.discovery.last_scan.as_secs_f64();
+        self.snap.discovery_pending = self.discovery.pending() as u64;
+    }
+
+    /// The tick's events as log lines and counters.
+    fn handle(&mut self, tick: &Tick) {
+        for e in &tick.events {
+            match e {
+                Event::Exited { pid, comm } => {
+                    self.log.event(
+                        "detached",
+                        json!({"pid": pid, "comm": comm}),
+                        format!("pid {pid} ({comm}) exited; forgotten"),
+                    );
+                    self.last_streams.remove(pid);
+                    self.discovery.forget(*pid);
+                }
+                Event::ShimStopped { pid, launch_probes } => self.log.event(
+                    "shim_stopped",
+                    json!({"pid": pid, "launch_probes": launch_probes.as_ref().ok(), "error": launch_probes.as_ref().err()}),
+                    match launch_probes {
+                        Ok(how) => format!("pid {pid}: the shim stopped recording (released or off); launch probes: {how}"),
+                        Err(e) => format!("pid {pid}: the shim stopped recording (released or off); launch probes could not be added: {e}"),
+                    },
+                ),
+                Event::ProcessVerdict {
+                    pid,
+                    before,
+                    verdict,
+                } => {
+                    let kind = verdict.kind.as_str();
+                    *self.snap.verdicts_total.entry(kind).or_default() += 1;
+                    if before.is_some() || kind != "healthy" {
+                        self.log.event(
+                            "verdict",
+                            json!({"pid": pid, "kind": kind, "summary": verdict.summary}),
+                            format!("pid {pid}: {kind}: {}", verdict.summary),
+                        );
+                    }
+                }
+                Event::FlightDump { pid, result, failures, .. } => match result {
+                    Ok(d) => {
+                        self.snap.dumps_total += 1;
+                        let removed = enforce_cap(
+                            &self.cfg.dump_dir,
+                            self.cfg.dump_max_bytes,
+                            &[&d.trace, &d.report],
+                        );
+                        self.snap.dump_dir_bytes = dir_bytes(&self.cfg.dump_dir);
+                        self.log.event(
+                            "dump",
+                            json!({"pid": pid, "trace": d.trace, "report": d.report, "events": d.events, "seconds_held": d.seconds_held, "rotated_out": removed}),
+                            format!("pid {pid}: wrote {} and {} ({} events, last {:.1} s)", d.trace.display(), d.report.display(), d.events, d.seconds_held),
+                        );
+                    }
+                    Err(e) => self.log.event(
+                        "dump_failed",
+                        json!({"pid": pid, "error": e, "failures": failures}),
+                        format!("pid {pid}: dump failed ({e}); still watching"),
+                    ),
+                },
+                Event::Culprit { job, culprit } => self.log.event(
+                    "culprit",
+                    json!({"job": job, "rank": culprit.rank, "pid": culprit.pid, "kernel": culprit.kernel, "summary": culprit.summary}),
+                    format!("job {job}: {}", culprit.summary),
+                ),
+                // The node-wide verdict and thread crossings are `watch`'s lines; the daemon
+                // logs per process.
+                Event::Verdict(_) | Event::Blocked(_) | Event::Unblocked(_) => {}
+            }
+        }
+    }
+
+    /// The metrics snapshot the HTTP thread serves.
+    fn publish(&mut self, tick: &Tick, snapshot: &Mutex<Snapshot>) {
+        let now = tick.now_ns;
+        let collector = &self.engine.collector;
+        let mut processes = Vec::new();
+        for (pid, ev) in &tick.each {
+            let mut pm = process_metrics(collector, *pid, ev);
             // Per-stream series from the last in-flight table scan: between scans a stream
             // whose head retired is missing from the heads, and its series would blink out
             // for up to a second (a scrape would often miss a healthy busy stream). Streams
             // still headed now carry their current age.
             if collector.heads_fresh(*pid, now) {
-                last_streams.insert(*pid, pm.streams.clone());
-            } else if let Some(last) = last_streams.get(pid) {
+                self.last_streams.insert(*pid, pm.streams.clone());
+            } else if let Some(last) = self.last_streams.get(pid) {
                 keep_streams_of_last_scan(&mut pm.streams, last);
             }
             processes.push(pm);
         }
+        let snap = &mut self.snap;
         snap.processes = processes;
-        // Jobs across the node's processes; the environment is read once per process.
-        let infos: Vec<crate::verdict::job::RankInfo> = collector
-            .model
-            .procs
-            .keys()
-            .map(|&pid| {
-                rank_infos
-                    .entry(pid)
-                    .or_insert_with(|| crate::verdict::job::read_rank_info(pid))
-                    .clone()
-            })
-            .collect();
-        rank_infos.retain(|pid, _| collector.model.procs.contains_key(pid));
-        let model = &collector.model;
-        let jobs = crate::verdict::job::analyze(&infos, &all.kernels, false, &|pid| {
-            model.kernels_known(pid)
-        });
-        for j in &jobs {
+        for j in &tick.all.jobs {
             for r in &j.ranks {
                 if let Some(p) = snap.processes.iter_mut().find(|p| p.pid == r.pid) {
                     p.job = j.job.clone();
@@ -303,7 +336,9 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        let culprits: Vec<(String, u32, u32, String)> = jobs
+        snap.culprits = tick
+            .all
+            .jobs
             .iter()
             .filter_map(|j| {
                 j.culprit
@@ -311,21 +346,6 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
                     .map(|c| (j.job.clone(), c.rank, c.pid, c.kernel.clone()))
             })
             .collect();
-        for c in &culprits {
-            if !snap.culprits.contains(c) {
-                let summary = jobs
-                    .iter()
-                    .find_map(|j| j.culprit.as_ref().filter(|x| x.pid == c.2))
-                    .map(|x| x.summary.clone())
-                    .unwrap_or_default();
-                log.event(
-                    "culprit",
-                    json!({"job": c.0, "rank": c.1, "pid": c.2, "kernel": c.3, "summary": summary}),
-                    format!("job {}: {summary}", c.0),
-                );
-            }
-        }
-        snap.culprits = culprits;
         snap.latency = collector
             .model
             .latency
@@ -339,38 +359,40 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
             .zip(collector.model.lost)
             .map(|(n, v)| (*n, v))
             .collect();
-        snap.dump_failures_total = flight.dumps_failed;
-        snap.blocked_after_seconds = cfg.blocked_after.as_secs_f64();
+        snap.dump_failures_total = self.engine.flight().map_or(0, |f| f.dumps_failed);
+        snap.blocked_after_seconds = self.cfg.blocked_after.as_secs_f64();
         (snap.cpu_seconds, snap.rss_bytes) = metrics::own_usage();
         if let Ok(mut s) = snapshot.lock() {
             *s = snap.clone();
         }
-        if debug_tick {
-            phases[0] += t_poll;
-            phases[1] += t_eval;
-            phases[2] += t0.elapsed();
-            ticks_seen += 1;
-            if ticks_seen.is_multiple_of(100) {
-                let poll: Vec<String> = collector
-                    .take_phases()
-                    .into_iter()
-                    .map(|(n, d)| format!("{n} {:?}", d / 100))
-                    .collect();
-                eprintln!(
-                    "wedgeprobe daemon: per tick over the last 100: poll {:?} ({}), verdicts+trace events {:?}, whole tick {:?}",
-                    phases[0] / 100,
-                    poll.join(", "),
-                    phases[1] / 100,
-                    phases[2] / 100
-                );
-                phases = [std::time::Duration::ZERO; 3];
-            }
-        }
-        std::thread::sleep(cfg.tick);
     }
-    collector.detach_all();
-    log.event("stopped", json!({}), "stopped; detached".into());
-    Ok(())
+}
+
+/// `WEDGEPROBE_DEBUG_TICK=1`: the average tick and the collector's phases, every 100 ticks.
+#[derive(Default)]
+struct TickDebug {
+    whole: Duration,
+    ticks: u64,
+}
+
+impl TickDebug {
+    fn add(&mut self, took: Duration, collector: &mut Collector) {
+        self.whole += took;
+        self.ticks += 1;
+        if self.ticks.is_multiple_of(100) {
+            let poll: Vec<String> = collector
+                .take_phases()
+                .into_iter()
+                .map(|(n, d)| format!("{n} {:?}", d / 100))
+                .collect();
+            eprintln!(
+                "wedgeprobe daemon: per tick over the last 100: whole tick {:?} (poll: {})",
+                self.whole / 100,
+                poll.join(", ")
+            );
+            self.whole = Duration::ZERO;
+        }
+    }
 }
 
 /// Adds to `now` the streams of the last in-flight table scan that `now` lacks (their heads
@@ -386,12 +408,7 @@ fn keep_streams_of_last_scan(now: &mut Vec<StreamMetrics>, last: &[StreamMetrics
     }
 }
 
-fn process_metrics(
-    collector: &Collector,
-    pid: u32,
-    ev: &verdict::Evaluation,
-    kind: &'static str,
-) -> ProcessMetrics {
+fn process_metrics(collector: &Collector, pid: u32, ev: &Evaluation) -> ProcessMetrics {
     let model = &collector.model;
     let journal = model.journals.get(&pid);
     ProcessMetrics {
@@ -404,12 +421,12 @@ fn process_metrics(
         // Set once the node's jobs are known (after every process's verdict).
         job: String::new(),
         rank: String::new(),
-        mode: if journal.is_some_and(|j| !j.status.starts_with("rejected")) {
+        mode: if journal.is_some_and(|j| j.status.is_readable()) {
             "journal+ebpf"
         } else {
             "ebpf-only"
         },
-        verdict: kind,
+        verdict: ev.verdict.kind.as_str(),
         threads_in_calls: ev.threads.len() as u64,
         blocked_threads: ev.threads.iter().filter(|t| t.blocked).count() as u64,
         sched_yield_per_s: ev.threads.iter().map(|t| t.sched_yield_per_s).sum(),
@@ -427,49 +444,6 @@ fn process_metrics(
         journal_drops: journal.map_or(vec![], |j| j.drops.iter().map(|(k, v)| (*k, *v)).collect()),
         journal_ring_lost: journal.map_or(0, |j| j.ring_lost),
         journal_ring_skipped: journal.map_or(0, |j| j.ring_skipped),
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn dump(
-    flight: &mut FlightRecorder,
-    collector: &Collector,
-    facts: &HashMap<u32, TargetFacts>,
-    names: &Names,
-    cfg: &Config,
-    log: &Log,
-    pid: u32,
-    now: u64,
-    start: u64,
-    snap: &mut Snapshot,
-) {
-    let bound_ms = cfg.blocked_after.as_secs_f64() * 1e3;
-    match flight.dump_incident(
-        &collector.model,
-        facts,
-        names,
-        pid,
-        now,
-        (now - start) as f64 / 1e6,
-        bound_ms,
-        false,
-        &cfg.bounds(),
-    ) {
-        Ok(d) => {
-            snap.dumps_total += 1;
-            let removed = enforce_cap(&cfg.dump_dir, cfg.dump_max_bytes, &[&d.trace, &d.report]);
-            snap.dump_dir_bytes = dir_bytes(&cfg.dump_dir);
-            log.event(
-                "dump",
-                json!({"pid": pid, "trace": d.trace, "report": d.report, "events": d.events, "seconds_held": d.seconds_held, "rotated_out": removed}),
-                format!("pid {pid}: wrote {} and {} ({} events, last {:.1} s)", d.trace.display(), d.report.display(), d.events, d.seconds_held),
-            );
-        }
-        Err(e) => log.event(
-            "dump_failed",
-            json!({"pid": pid, "error": format!("{e:#}"), "failures": flight.dumps_failed}),
-            format!("pid {pid}: dump failed ({e:#}); still watching"),
-        ),
     }
 }
 

@@ -28,8 +28,8 @@ use std::sync::Arc;
 use flate2::{Compression, write::GzEncoder};
 use serde_json::{Value, json};
 
-use super::event::{Names, TraceEvent};
-use crate::journal::heads::demangle;
+use crate::model::event::{Names, TraceEvent};
+use crate::model::kernels::demangle;
 
 /// GPU devices are drawn as processes with these pids (no real pid is this large).
 pub const GPU_PID_BASE: u64 = 1 << 40;
@@ -657,7 +657,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::output::trace::event::{Call, Kernel, Launch, VerdictMark};
+    use crate::model::event::{Call, Kernel, Launch, VerdictMark};
 
     /// A small trace whose every byte is pinned: a blocked launch, a completed kernel with its
     /// flow, the stuck kernel open, a verdict. `UPDATE_GOLDEN=1` rewrites the file.

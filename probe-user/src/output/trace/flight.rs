@@ -14,9 +14,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{
-    chrome::{ChromeTrace, TraceError},
-    event::{Names, TraceEvent},
+use super::chrome::{ChromeTrace, TraceError};
+use crate::{
+    model::event::{Names, TraceEvent},
+    verdict::VerdictKind,
 };
 
 #[derive(Clone, Debug)]
@@ -33,7 +34,7 @@ pub struct FlightRecorder {
     pub evicted_early: u64,
     /// Incidents already dumped: (pid, verdict kind). Cleared for a pid when its verdict is
     /// healthy again, so the next incident dumps anew.
-    dumped: HashSet<(u32, &'static str)>,
+    dumped: HashSet<(u32, VerdictKind)>,
     pub dumps_failed: u64,
 }
 
@@ -44,20 +45,6 @@ pub struct Dump {
     pub report: PathBuf,
     pub events: u64,
     pub seconds_held: f64,
-}
-
-/// Verdict kinds that are incidents worth a dump.
-pub fn is_incident(kind: &str) -> bool {
-    matches!(
-        kind,
-        "kernel_wedge"
-            | "collective_wait"
-            | "launch_queue_full"
-            | "blocked_in_sync"
-            | "blocked_in_copy"
-            | "blocked_in_driver"
-            | "host_stall"
-    )
 }
 
 impl FlightRecorder {
@@ -95,39 +82,40 @@ impl FlightRecorder {
 
     /// Whether (pid, kind) starts a new incident now; marks it dumped. A healthy (or busy)
     /// verdict for `pid` re-arms it.
-    pub fn should_dump(&mut self, pid: u32, kind: &'static str) -> bool {
-        if !is_incident(kind) {
+    pub fn should_dump(&mut self, pid: u32, kind: VerdictKind) -> bool {
+        if !kind.is_incident() {
             self.dumped.retain(|(p, _)| *p != pid);
             return false;
         }
         self.dumped.insert((pid, kind))
     }
 
-    /// An incident of `pid` now: the report of the whole model and what is still open go
-    /// with the held events (`watch`, `run` and the daemon call this).
+    /// An incident of `pid` now: the report of the whole model (`ev`, the pipeline's
+    /// evaluation of it) and what is still open go with the held events (`watch`, `run` and
+    /// the daemon, through the engine).
     #[allow(clippy::too_many_arguments)]
     pub fn dump_incident(
         &mut self,
         model: &crate::model::Model,
         facts: &std::collections::HashMap<u32, crate::output::report::TargetFacts>,
+        ev: &crate::verdict::Evaluation,
         names: &Names,
         pid: u32,
         now_ns: u64,
         observed_ms: f64,
         blocked_after_ms: f64,
         launch_returns: bool,
-        bounds: &crate::verdict::kernel::Bounds,
     ) -> Result<Dump, anyhow::Error> {
         let report = crate::output::report::Report::build(
             model,
             facts,
+            ev,
             now_ns,
             observed_ms,
             blocked_after_ms,
             launch_returns,
-            bounds,
         );
-        let open = super::event::open_now(model, now_ns, (blocked_after_ms * 1e6) as u64);
+        let open = crate::model::event::open_now(model, now_ns, (blocked_after_ms * 1e6) as u64);
         let result = self.write_dump(
             &crate::sys::hostname(),
             pid,
@@ -225,7 +213,7 @@ pub fn utc_stamp(real_ns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::trace::event::{Counter, TraceEvent};
+    use crate::model::event::{Counter, TraceEvent};
 
     fn counter(ts: u64) -> TraceEvent {
         TraceEvent::Counter(Counter {
@@ -257,14 +245,14 @@ mod tests {
             seconds: 1.0,
             max_events: 10,
         });
-        assert!(f.should_dump(7, "kernel_wedge"));
-        assert!(!f.should_dump(7, "kernel_wedge"));
-        assert!(!f.should_dump(7, "healthy"));
+        assert!(f.should_dump(7, VerdictKind::KernelWedge));
+        assert!(!f.should_dump(7, VerdictKind::KernelWedge));
+        assert!(!f.should_dump(7, VerdictKind::Healthy));
         assert!(
-            f.should_dump(7, "kernel_wedge"),
+            f.should_dump(7, VerdictKind::KernelWedge),
             "re-armed by a healthy verdict"
         );
-        assert!(!f.should_dump(7, "busy"));
+        assert!(!f.should_dump(7, VerdictKind::Busy));
     }
 
     #[test]

@@ -8,15 +8,17 @@
 //! traces from several nodes can be aligned.
 
 pub mod chrome;
-pub mod event;
 pub mod flight;
-
-pub use event::{Names, TraceEvent};
 
 use std::collections::HashMap;
 
 use crate::{
-    collect::collector::Collector, journal::heads::StreamHead, model::ThreadView, verdict::Verdict,
+    model::{
+        ThreadView,
+        event::{self, TraceEvent},
+        kernels::StreamHead,
+    },
+    verdict::Verdict,
 };
 
 /// Counter samples at most this often per series (a trace is for people; 5 points a second
@@ -34,32 +36,26 @@ pub struct TickRecorder {
 }
 
 impl TickRecorder {
-    /// Starts tapping the collector's events.
-    pub fn start(collector: &mut Collector) -> Self {
-        collector.tap.get_or_insert_with(Vec::new);
-        Self::default()
-    }
-
-    /// This tick's events: the collector's tap, drained, plus counters and the verdict mark.
+    /// This tick's events: `tapped` (what the collector drained), plus counters and the
+    /// verdict mark. `heads_fresh(pid, now)`: whether `pid`'s in-flight table was scanned this
+    /// tick (queue counts are known at scans only — the daemon's).
+    #[allow(clippy::too_many_arguments)]
     pub fn tick(
         &mut self,
-        collector: &mut Collector,
+        tapped: Vec<TraceEvent>,
+        heads_fresh: &dyn Fn(u32, u64) -> bool,
         threads: &[ThreadView],
         kernels: &[StreamHead],
         verdict: &Verdict,
         verdict_pid: u32,
         now_ns: u64,
     ) -> Vec<TraceEvent> {
-        let mut out = collector
-            .tap
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default();
+        let mut out = tapped;
         let mut seen = Vec::new();
         for k in kernels {
             let name = format!("in-flight kernels, stream {} of pid {}", k.stream_id, k.pid);
             seen.push((k.pid, k.device, name.clone()));
-            if !collector.heads_fresh(k.pid, now_ns) {
+            if !heads_fresh(k.pid, now_ns) {
                 continue; // counts are known at in-flight table scans only (the daemon's)
             }
             self.sample(
@@ -85,7 +81,7 @@ impl TickRecorder {
             .filter(|(key, (v, _))| {
                 *v != 0.0
                     && !seen.contains(key)
-                    && (key.1 == u32::MAX || collector.heads_fresh(key.0, now_ns))
+                    && (key.1 == u32::MAX || heads_fresh(key.0, now_ns))
             })
             .map(|(key, _)| key.clone())
             .collect();
@@ -138,15 +134,4 @@ impl TickRecorder {
             self.last.insert(key, (value, now_ns));
         }
     }
-}
-
-/// The pid a verdict is about: the stuck kernel's process, else a blocked thread's, else the
-/// first target.
-pub fn verdict_pid(threads: &[ThreadView], kernels: &[StreamHead], first: u32) -> u32 {
-    kernels
-        .iter()
-        .find(|k| k.judgement.as_ref().is_some_and(|j| j.state == "stuck"))
-        .map(|k| k.pid)
-        .or_else(|| threads.iter().find(|t| t.blocked).map(|t| t.pid))
-        .unwrap_or(first)
 }

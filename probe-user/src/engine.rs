@@ -1,0 +1,321 @@
+//! The tick every long-running command shares — `watch` (and `run`, which wraps it), `trace`
+//! and the daemon: poll the collector, notice exits and shims that stopped, evaluate the
+//! verdict pipeline, keep the flight recorder and dump once per incident, find culprit ranks.
+//! Each tick yields typed `Event`s; the commands only decide how to show them (lines on
+//! stdout, structured logs, a trace file, metrics).
+
+use std::collections::{HashMap, HashSet};
+
+use crate::{
+    collect::collector::Collector,
+    model::{ThreadView, event::Names, event::TraceEvent},
+    output::{
+        report::TargetFacts,
+        trace::{
+            TickRecorder,
+            flight::{Dump, FlightConfig, FlightRecorder},
+        },
+    },
+    verdict::{Evaluation, Pipeline, VerdictKind, job::Culprit},
+};
+
+/// Something that happened this tick.
+#[derive(Debug)]
+pub enum Event {
+    Exited {
+        pid: u32,
+        comm: String,
+    },
+    /// The shim of `pid` stopped recording (released or off); launch probes now: how, or why
+    /// they could not be added.
+    ShimStopped {
+        pid: u32,
+        launch_probes: Result<&'static str, String>,
+    },
+    /// A thread crossed into "blocked" (past `blocked_after` inside a call) or out of it.
+    Blocked(ThreadView),
+    Unblocked(ThreadView),
+    /// The flight recorder wrote an incident's dump (or failed to).
+    FlightDump {
+        pid: u32,
+        result: Result<Dump, String>,
+        evicted_early: u64,
+        failures: u64,
+    },
+    /// A job's culprit rank, newly found.
+    Culprit {
+        job: String,
+        culprit: Culprit,
+    },
+    /// The verdict over every target changed (the first healthy one is not an event).
+    Verdict(crate::verdict::Verdict),
+    /// One process's own verdict changed (per-process engines: the daemon); `before` is
+    /// `None` the first time.
+    ProcessVerdict {
+        pid: u32,
+        before: Option<VerdictKind>,
+        verdict: crate::verdict::Verdict,
+    },
+}
+
+/// What one tick found: its events, the evaluations behind them, and the trace events it
+/// recorded (when recording).
+pub struct Tick {
+    pub now_ns: u64,
+    pub events: Vec<Event>,
+    pub all: Evaluation,
+    /// Each process on its own (per-process engines only).
+    pub each: Vec<(u32, Evaluation)>,
+    /// This tick's trace events (when `record_trace`; the flight recorder keeps its own copy).
+    pub trace: Vec<TraceEvent>,
+}
+
+/// How an engine runs: which commands need what.
+pub struct EngineOptions {
+    /// Keep a flight recorder and dump incidents.
+    pub flight: Option<FlightConfig>,
+    /// Hand each tick's trace events to the caller (`trace`).
+    pub record_trace: bool,
+    /// Judge each process on its own too (the daemon's metrics and logs), and forget a process
+    /// once it exits.
+    pub per_process: bool,
+    /// Launches carry return probes (reports say so).
+    pub launch_returns: bool,
+}
+
+pub struct Engine {
+    pub collector: Collector,
+    pub facts: HashMap<u32, TargetFacts>,
+    pub pipeline: Pipeline,
+    pub names: Names,
+    options: EngineOptions,
+    flight: Option<FlightRecorder>,
+    ticks: Option<TickRecorder>,
+    /// Blocked threads by (pid, tid, api), with their last view.
+    blocked: HashMap<(u32, u32, &'static str), ThreadView>,
+    last_kind: VerdictKind,
+    verdicts: HashMap<u32, VerdictKind>,
+    culprits: HashSet<(String, u32, u32, String)>,
+    start_ns: u64,
+}
+
+impl Engine {
+    pub fn new(
+        mut collector: Collector,
+        facts: HashMap<u32, TargetFacts>,
+        pipeline: Pipeline,
+        options: EngineOptions,
+        now_ns: u64,
+    ) -> Self {
+        let recording = options.flight.is_some() || options.record_trace;
+        if recording {
+            collector.tap.get_or_insert_with(Vec::new);
+        }
+        let names = Names::from_model(&collector.model);
+        Self {
+            collector,
+            facts,
+            pipeline,
+            names,
+            flight: options.flight.clone().map(FlightRecorder::new),
+            ticks: recording.then(TickRecorder::default),
+            options,
+            blocked: HashMap::new(),
+            last_kind: VerdictKind::Healthy,
+            verdicts: HashMap::new(),
+            culprits: HashSet::new(),
+            start_ns: now_ns,
+        }
+    }
+
+    /// The flight recorder's settings can change (the daemon's SIGHUP).
+    pub fn set_flight(&mut self, config: FlightConfig) {
+        if let Some(f) = &mut self.flight {
+            f.config = config;
+        }
+    }
+
+    pub fn flight(&self) -> Option<&FlightRecorder> {
+        self.flight.as_ref()
+    }
+
+    /// Whether any target is still alive.
+    pub fn any_alive(&self) -> bool {
+        self.collector.model.procs.values().any(|p| !p.exited)
+    }
+
+    pub fn tick(&mut self, now_ns: u64) -> Tick {
+        let mut events = Vec::new();
+        for gone in self.collector.poll(now_ns) {
+            if self.options.per_process {
+                self.collector.forget(gone.pid);
+                self.facts.remove(&gone.pid);
+                self.verdicts.remove(&gone.pid);
+            }
+            events.push(Event::Exited {
+                pid: gone.pid,
+                comm: gone.comm,
+            });
+        }
+        for (pid, outcome) in self.collector.take_launch_probe_changes() {
+            if let (Ok(how), Some(f)) = (&outcome, self.facts.get_mut(&pid)) {
+                f.launch_probes = how;
+            }
+            events.push(Event::ShimStopped {
+                pid,
+                launch_probes: outcome,
+            });
+        }
+        let model = &self.collector.model;
+        let (all, each) = if self.options.per_process {
+            self.pipeline.evaluate_all_and_each(model, now_ns)
+        } else {
+            (self.pipeline.evaluate(model, now_ns), Vec::new())
+        };
+        self.crossings(&all, &mut events);
+        let trace = self.record(&all, &each, now_ns, &mut events);
+        for j in &all.jobs {
+            if let Some(c) = &j.culprit {
+                let key = (j.job.clone(), c.rank, c.pid, c.kernel.clone());
+                if self.culprits.insert(key) {
+                    events.push(Event::Culprit {
+                        job: j.job.clone(),
+                        culprit: c.clone(),
+                    });
+                }
+            }
+        }
+        self.culprits.retain(|(job, rank, pid, kernel)| {
+            all.jobs.iter().any(|j| {
+                j.job == *job
+                    && j.culprit
+                        .as_ref()
+                        .is_some_and(|c| c.rank == *rank && c.pid == *pid && c.kernel == *kernel)
+            })
+        });
+        if all.verdict.kind != self.last_kind {
+            self.last_kind = all.verdict.kind;
+            events.push(Event::Verdict(all.verdict.clone()));
+        }
+        for (pid, ev) in &each {
+            let before = self.verdicts.insert(*pid, ev.verdict.kind);
+            if before != Some(ev.verdict.kind) {
+                events.push(Event::ProcessVerdict {
+                    pid: *pid,
+                    before,
+                    verdict: ev.verdict.clone(),
+                });
+            }
+        }
+        Tick {
+            now_ns,
+            events,
+            all,
+            each,
+            trace,
+        }
+    }
+
+    /// Threads crossing into or out of "blocked" since the last tick.
+    fn crossings(&mut self, all: &Evaluation, events: &mut Vec<Event>) {
+        let mut still = HashMap::new();
+        for t in all.threads.iter().filter(|t| t.blocked) {
+            let key = (t.pid, t.tid, t.api);
+            if !self.blocked.contains_key(&key) {
+                events.push(Event::Blocked(t.clone()));
+            }
+            still.insert(key, t.clone());
+        }
+        for (key, t) in self.blocked.drain() {
+            if !still.contains_key(&key) {
+                events.push(Event::Unblocked(t));
+            }
+        }
+        self.blocked = still;
+    }
+
+    /// This tick's trace events (collector's tap, counters, verdict marks) into the flight
+    /// recorder, and a dump per new incident; returns them when the caller records a trace.
+    fn record(
+        &mut self,
+        all: &Evaluation,
+        each: &[(u32, Evaluation)],
+        now_ns: u64,
+        events: &mut Vec<Event>,
+    ) -> Vec<TraceEvent> {
+        let Some(ticks) = &mut self.ticks else {
+            return Vec::new();
+        };
+        let first = self
+            .collector
+            .model
+            .procs
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(0);
+        let pid = all.pid(first);
+        let tapped = self
+            .collector
+            .tap
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let collector = &self.collector;
+        let fresh = |pid: u32, now: u64| collector.heads_fresh(pid, now);
+        let trace = ticks.tick(
+            tapped,
+            &fresh,
+            &all.threads,
+            &all.kernels,
+            &all.verdict,
+            pid,
+            now_ns,
+        );
+        self.names.update(&self.collector.model);
+        let Some(flight) = &mut self.flight else {
+            return trace;
+        };
+        flight.push(trace.iter().cloned(), now_ns);
+        // Incidents: per process where each is judged alone, else the verdict over all.
+        let incidents: Vec<u32> = if self.options.per_process {
+            each.iter()
+                .filter(|(pid, ev)| flight.should_dump(*pid, ev.verdict.kind))
+                .map(|(pid, _)| *pid)
+                .collect()
+        } else if flight.should_dump(pid, all.verdict.kind) {
+            vec![pid]
+        } else {
+            Vec::new()
+        };
+        for pid in incidents {
+            let result = flight.dump_incident(
+                &self.collector.model,
+                &self.facts,
+                all,
+                &self.names,
+                pid,
+                now_ns,
+                now_ns.saturating_sub(self.start_ns) as f64 / 1e6,
+                self.pipeline.settings.blocked_after_ms(),
+                self.options.launch_returns,
+            );
+            events.push(Event::FlightDump {
+                pid,
+                result: result.map_err(|e| format!("{e:#}")),
+                evicted_early: flight.evicted_early,
+                failures: flight.dumps_failed,
+            });
+        }
+        if self.options.record_trace {
+            trace
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Stops tracing every target (takes seconds: see `Probe::detach`).
+    pub fn detach_all(&mut self) {
+        self.collector.detach_all();
+    }
+}
