@@ -7,7 +7,7 @@
 //! CUDA graphs: resource callbacks (node created / cloned, executable graph created) fill the
 //! journal's graph table, so a stuck graph launch breaks down into its kernel nodes.
 //!
-//! Costs (notes/gpu-machine.md): driver-domain launch callbacks measured +298 ns per launch,
+//! Costs (docs/measured-facts.md): driver-domain launch callbacks measured +298 ns per launch,
 //! CONCURRENT_KERNEL +920 ns; this shim's own cost is in BENCHMARKS.md.
 //! A flush withholds a buffer that holds an incomplete record: one stuck kernel can hold back
 //! other kernels' completions in the same buffer, so the flush thread forces buffers out when

@@ -7,7 +7,7 @@
 //!
 //! Why: per-kernel CONCURRENT_KERNEL records cost ~0.9 µs of CPU per eager launch and ~0.5 µs
 //! of GPU time per graph kernel node on the H200 (18% and 5.5% of a serving workload); a mark
-//! costs about one stream-ordered write (~0.8 µs, notes/gpu-machine.md) per `every` launches,
+//! costs about one stream-ordered write (~0.8 µs, docs/measured-facts.md) per `every` launches,
 //! and graph launches get one each (not one per node).
 //!
 //! Naming stays exact where marks bracket the stuck kernel alone: a stream whose launches come

@@ -7,7 +7,7 @@
 //!   thread is inside, its `InCall` sits in `WP_IN_CALL`; user space reads that table to see
 //!   who waits where and since when.
 //! - `wp_sched_yield`: counts sched_yield per thread and per call. A launch blocked on a full
-//!   queue yields ~72,000 times/s on the H200 (notes/gpu-machine.md); a synchronize does not
+//!   queue yields ~72,000 times/s on the H200 (docs/measured-facts.md); a synchronize does not
 //!   yield at all, so this only corroborates the time in call.
 //! - `wp_name_enter` / `wp_name_exit`: `cuModuleGetFunction` and friends, to name the
 //!   `CUfunction` handles that launches pass.
@@ -97,11 +97,17 @@ fn read_user<T>(addr: u64) -> Option<T> {
 
 #[uprobe]
 pub fn wp_call_enter(ctx: ProbeContext) -> u32 {
+    let _ = try_call_enter(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_call_enter(ctx: &ProbeContext) -> Option<()> {
     // The hot path: every launch of a watched process runs this (measured cost in
     // BENCHMARKS.md). The uprobes are attached per process, so no WP_TARGETS lookup here.
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
-    let cookie = cookie(&ctx);
+    let cookie = cookie(ctx);
     let api = (cookie & 0xffff) as u32;
     let flags = if cookie & COOKIE_OPEN_ENDED != 0 {
         CALL_OPEN_ENDED
@@ -115,7 +121,7 @@ pub fn wp_call_enter(ctx: ProbeContext) -> u32 {
         flags,
         ..InCall::default()
     };
-    if fill_args(&ctx, &mut call).is_none() {
+    if fill_args(ctx, &mut call).is_none() {
         count(counters::ARG_READ_FAILED);
     }
     // SAFETY: a helper with no memory arguments.
@@ -135,7 +141,7 @@ pub fn wp_call_enter(ctx: ProbeContext) -> u32 {
             }
         }
     }
-    0
+    Some(())
 }
 
 /// Reads the arguments that matter for this entry point's shape (x86-64 System V).
@@ -178,10 +184,16 @@ fn fill_args(ctx: &ProbeContext, call: &mut InCall) -> Option<()> {
 
 #[uretprobe]
 pub fn wp_call_exit(ctx: RetProbeContext) -> u32 {
+    let _ = try_call_exit(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_call_exit(ctx: &RetProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid() as u32;
     let Some(cur) = WP_IN_CALL.get_ptr_mut(&tid) else {
         count(counters::EXIT_WITHOUT_ENTRY);
-        return 0;
+        return None;
     };
     // SAFETY: this thread's own entry.
     let call = unsafe { &*cur };
@@ -205,13 +217,19 @@ pub fn wp_call_exit(ctx: RetProbeContext) -> u32 {
         None => count(counters::CALL_EVENT_LOST),
     }
     let _ = WP_IN_CALL.remove(&tid);
-    0
+    Some(())
 }
 
 #[uprobe]
 pub fn wp_name_enter(ctx: ProbeContext) -> u32 {
-    let Some((_, tid)) = watched() else { return 0 };
-    let api = cookie(&ctx) as u32;
+    let _ = try_name_enter(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_name_enter(ctx: &ProbeContext) -> Option<()> {
+    let (_, tid) = watched()?;
+    let api = cookie(ctx) as u32;
     // Both candidates are read unconditionally: a register chosen at run time would make
     // the compiler compute a variable ctx offset, which the verifier rejects.
     // SAFETY: regs is the probe's own pt_regs; volatile keeps both loads at fixed offsets.
@@ -232,27 +250,33 @@ pub fn wp_name_enter(ctx: ProbeContext) -> u32 {
         _pad: 0,
     };
     let _ = WP_PENDING_NAME.insert(&tid, &pending, 0);
-    0
+    Some(())
 }
 
 #[uretprobe]
 pub fn wp_name_exit(ctx: RetProbeContext) -> u32 {
+    let _ = try_name_exit(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_name_exit(ctx: &RetProbeContext) -> Option<()> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     // SAFETY: copied out at once.
     let Some(pending) = (unsafe { WP_PENDING_NAME.get(&tid) }).copied() else {
-        return 0;
+        return None;
     };
     let _ = WP_PENDING_NAME.remove(&tid);
     if ctx.ret::<u64>() & 0xffff_ffff != 0 {
-        return 0; // the lookup failed: no handle was written
+        return None; // the lookup failed: no handle was written
     }
     let Some(handle) = read_user::<u64>(pending.out_ptr) else {
-        return 0;
+        return None;
     };
     let Some(mut slot) = WP_EVENTS.reserve::<KernelName>(0) else {
         count(counters::NAME_EVENT_LOST);
-        return 0;
+        return None;
     };
     let ev = slot.as_mut_ptr();
     // SAFETY: `ev` points to a reserved KernelName; every field is written before submit.
@@ -274,12 +298,18 @@ pub fn wp_name_exit(ctx: RetProbeContext) -> u32 {
         }
     }
     slot.submit(0);
-    0
+    Some(())
 }
 
 #[tracepoint]
-pub fn wp_sched_yield(_ctx: TracePointContext) -> u32 {
-    let Some((_, tid)) = watched() else { return 0 };
+pub fn wp_sched_yield(ctx: TracePointContext) -> u32 {
+    let _ = try_sched_yield(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_sched_yield(_ctx: &TracePointContext) -> Option<()> {
+    let (_, tid) = watched()?;
     if let Some(call) = WP_IN_CALL.get_ptr_mut(&tid) {
         // SAFETY: this thread's own entry; a helper with no memory arguments.
         unsafe {
@@ -294,17 +324,23 @@ pub fn wp_sched_yield(_ctx: TracePointContext) -> u32 {
             let _ = WP_THREAD_YIELDS.insert(&tid, &1, 0);
         }
     }
-    0
+    Some(())
 }
 
 #[perf_event]
-pub fn wp_on_cpu(_ctx: PerfEventContext) -> u32 {
+pub fn wp_on_cpu(ctx: PerfEventContext) -> u32 {
+    let _ = try_on_cpu(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_on_cpu(_ctx: &PerfEventContext) -> Option<()> {
     let Some((tgid, tid)) = watched() else {
-        return 0;
+        return None;
     };
     // SAFETY: read at once.
     if unsafe { WP_IN_CALL.get(&tid) }.is_some_and(|c| c.flags & CALL_OPEN_ENDED == 0) {
-        return 0; // entry and return probes already say where it is
+        return None; // entry and return probes already say where it is
     }
     // SAFETY: a helper with no memory arguments.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -312,7 +348,7 @@ pub fn wp_on_cpu(_ctx: PerfEventContext) -> u32 {
     if let Some(last) = unsafe { WP_LAST_SAMPLE.get(&tid) }
         && now.wrapping_sub(*last) < SAMPLE_GAP_NS
     {
-        return 0;
+        return None;
     }
     let _ = WP_LAST_SAMPLE.insert(&tid, &now, 0);
     // The sample may interrupt kernel code (a sched_yield, a page fault): the user registers
@@ -320,15 +356,15 @@ pub fn wp_on_cpu(_ctx: PerfEventContext) -> u32 {
     // SAFETY: bpf_task_pt_regs takes the BTF task pointer the helper returns.
     let regs = unsafe { bpf_task_pt_regs(bpf_get_current_task_btf() as *mut _) } as *const pt_regs;
     if regs.is_null() {
-        return 0;
+        return None;
     }
     // SAFETY: `regs` is a kernel pointer from bpf_task_pt_regs, read with a probing helper.
     let Ok(regs) = (unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(regs) }) else {
-        return 0;
+        return None;
     };
     let Some(mut slot) = WP_SAMPLES.reserve::<StackSample>(0) else {
         count(counters::SAMPLE_LOST);
-        return 0;
+        return None;
     };
     let s = slot.as_mut_ptr();
     const CHUNK: usize = 512;
@@ -357,7 +393,7 @@ pub fn wp_on_cpu(_ctx: PerfEventContext) -> u32 {
         (*s).header.len = len;
     }
     slot.submit(0);
-    0
+    Some(())
 }
 
 #[cfg(not(test))]

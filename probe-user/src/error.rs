@@ -43,6 +43,47 @@ pub enum ProbeError {
     NoJournal { pid: u32 },
     #[error("config {0}")]
     Config(String),
+    /// The kernel refused an eBPF operation with EPERM: a capability is missing.
+    #[error(
+        "{what}: missing {capability}: the kernel refused to load or attach eBPF programs (run as root, or grant it with setcap/securityContext)"
+    )]
+    Refused {
+        what: String,
+        capability: &'static str,
+        #[source]
+        source: anyhow::Error,
+    },
+    /// Anything else that failed while attaching or reading (exit 1), with its cause chain.
+    #[error("{context}")]
+    Internal {
+        context: String,
+        #[source]
+        source: anyhow::Error,
+    },
+}
+
+/// A failure with no user-facing kind of its own: internal (exit 1), its chain kept.
+impl From<anyhow::Error> for ProbeError {
+    fn from(e: anyhow::Error) -> Self {
+        Self::Internal {
+            context: e.to_string(),
+            source: e,
+        }
+    }
+}
+
+/// `e` and its causes, as one line: `outer: inner: innermost` (each message once).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if parts.last().is_none_or(|l| *l != m) {
+            parts.push(m);
+        }
+        cur = c.source();
+    }
+    parts.join(": ")
 }
 
 impl ProbeError {
@@ -55,6 +96,8 @@ impl ProbeError {
             Self::NoSymbols { .. } => exit::NO_SYMBOLS,
             Self::NoJournal { .. } => exit::NO_JOURNAL,
             Self::Config(_) => exit::USAGE,
+            Self::Refused { .. } => exit::PRIVILEGE,
+            Self::Internal { .. } => exit::ERROR,
         }
     }
 }

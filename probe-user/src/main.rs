@@ -1,6 +1,7 @@
 //! `wedgeprobe`: wires the command line to the subcommands and turns errors into the exit
-//! codes documented in the README. Nothing else lives here; the rest is the `probe_user`
-//! library (a library so the fuzz targets reach the parsers of untrusted input).
+//! codes documented in the README (`commands::Error::exit_code`). Nothing else lives here; the
+//! rest is the `probe_user` library (a library so the fuzz targets reach the parsers of
+//! untrusted input).
 
 use std::process::ExitCode;
 
@@ -9,7 +10,7 @@ use clap::Parser as _;
 use probe_user::{
     cli::{Cli, Command},
     commands,
-    error::{ProbeError, exit},
+    error::{chain, exit},
 };
 
 fn main() -> ExitCode {
@@ -33,7 +34,7 @@ fn main() -> ExitCode {
         Command::Trace(args) => commands::trace::run(args, &mut out),
         Command::Daemon(args) => commands::daemon::run(args),
         Command::Merge(args) => commands::merge::run(args, &mut out),
-        Command::Release { pid } => probe_user::journal::control::release(*pid, &mut out),
+        Command::Release { pid } => commands::release::run(*pid, &mut out),
         Command::Run(args) => match commands::run::run(args) {
             Ok(code) => return code,
             Err(e) => Err(e),
@@ -41,34 +42,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::from(exit::OK),
-        Err(e) if is_broken_pipe(&e) => ExitCode::from(exit::OK),
+        Err(e) if e.is_broken_pipe() => ExitCode::from(exit::OK),
         Err(e) => {
-            eprintln!("wedgeprobe: {e:#}");
-            let code = if e
-                .downcast_ref::<probe_user::output::trace::chrome::TraceError>()
-                .is_some()
-            {
-                exit::OUTPUT
-            } else if e
-                .downcast_ref::<probe_user::output::metrics::http::ListenError>()
-                .is_some()
-            {
-                exit::LISTEN
-            } else {
-                e.downcast_ref::<ProbeError>()
-                    .map_or(exit::ERROR, ProbeError::exit_code)
-            };
-            ExitCode::from(code)
+            eprintln!("wedgeprobe: {}", chain(&e));
+            ExitCode::from(e.exit_code())
         }
     }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            || c.downcast_ref::<serde_json::Error>()
-                .and_then(|j| j.io_error_kind())
-                .is_some_and(|k| k == std::io::ErrorKind::BrokenPipe)
-    })
 }

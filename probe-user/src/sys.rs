@@ -1,5 +1,6 @@
 //! The raw syscalls wedgeprobe makes outside aya, behind small safe functions so the rest of
-//! the code (and its unit tests) never touches libc directly.
+//! the code (and its unit tests) never touches libc directly — signals.rs alone installs its
+//! async-signal-safe handlers itself.
 
 use std::io;
 
@@ -23,6 +24,85 @@ pub fn clock_ticks_per_s() -> f64 {
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(1) as u64
+}
+
+/// A shared mapping of the first `len` bytes of a file, unmapped on drop: the journals
+/// wedgeprobe reads (read-only) and the one header word group it writes (read-write).
+pub struct Mapping {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapping {
+    /// Maps `len` bytes of `file` from offset 0, shared; `writable` adds PROT_WRITE.
+    pub fn of_file(file: &std::fs::File, len: usize, writable: bool) -> io::Result<Self> {
+        use std::os::fd::AsRawFd as _;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a shared mapping of a file the caller opened; checked for MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { base, len })
+    }
+
+    /// The first byte (page-aligned); valid for `len` bytes while `self` lives.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.cast()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Whether a raw OS error number is EPERM (the kernel refused for lack of privilege).
+pub fn is_eperm(errno: i32) -> bool {
+    errno == libc::EPERM
+}
+
+/// Mounts tracefs at `at` (root may; the H200 machine starts without it mounted).
+pub fn mount_tracefs(at: &str) -> io::Result<()> {
+    let src = std::ffi::CString::new("tracefs").map_err(io::Error::other)?;
+    let target = std::ffi::CString::new(at).map_err(io::Error::other)?;
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            src.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// This machine's host name ("localhost" if it cannot be read).

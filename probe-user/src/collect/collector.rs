@@ -18,6 +18,7 @@ use probe_common::{
 
 use crate::{
     collect::probe::{Attached, Probe},
+    error::ProbeError,
     journal::MappedJournal,
     journal::heads::{JournalCursor, is_completion},
     model::{
@@ -128,7 +129,11 @@ impl Collector {
             .collect()
     }
 
-    pub fn new(mut probe: Probe) -> anyhow::Result<Self> {
+    pub fn new(probe: Probe) -> Result<Self, ProbeError> {
+        Ok(Self::with_maps(probe)?)
+    }
+
+    fn with_maps(mut probe: Probe) -> anyhow::Result<Self> {
         let ebpf = probe.ebpf_mut();
         let mut take = |name: &str| {
             ebpf.take_map(name)
@@ -156,7 +161,7 @@ impl Collector {
         })
     }
 
-    pub fn attach(&mut self, target: Target, launch_returns: bool) -> anyhow::Result<Attached> {
+    pub fn attach(&mut self, target: Target, launch_returns: bool) -> Result<Attached, ProbeError> {
         let pid = target.pid;
         // The journal first: only a journal that validates lets the launch probes stay off.
         if let Some(mapping) = target.journal.clone() {

@@ -45,7 +45,7 @@ pub struct Attached {
 
 impl Probe {
     /// Checks privileges, loads the eBPF object and attaches the node-wide programs.
-    pub fn load() -> anyhow::Result<Self> {
+    pub fn load() -> Result<Self, ProbeError> {
         check_capabilities()?;
         sys::raise_memlock_limit();
         let mut ebpf = Ebpf::load(aya::include_bytes_aligned!(concat!(
@@ -60,13 +60,17 @@ impl Probe {
             programs::NAME_ENTER,
             programs::NAME_EXIT,
         ] {
-            let prog: &mut UProbe = program(&mut ebpf, name)?.try_into()?;
+            let prog: &mut UProbe = program(&mut ebpf, name)?
+                .try_into()
+                .map_err(anyhow::Error::from)?;
             prog.load()
                 .map_err(|e| privilege_or(e.into(), "failed to load a uprobe program"))?;
         }
 
         ensure_tracefs()?;
-        let yield_prog: &mut TracePoint = program(&mut ebpf, programs::SCHED_YIELD)?.try_into()?;
+        let yield_prog: &mut TracePoint = program(&mut ebpf, programs::SCHED_YIELD)?
+            .try_into()
+            .map_err(anyhow::Error::from)?;
         yield_prog
             .load()
             .map_err(|e| privilege_or(e.into(), "failed to load the tracepoint"))?;
@@ -79,7 +83,9 @@ impl Probe {
                 )
             })?;
 
-        let sampler: &mut PerfEvent = program(&mut ebpf, programs::ON_CPU)?.try_into()?;
+        let sampler: &mut PerfEvent = program(&mut ebpf, programs::ON_CPU)?
+            .try_into()
+            .map_err(anyhow::Error::from)?;
         sampler
             .load()
             .map_err(|e| privilege_or(e.into(), "failed to load the on-CPU sampler"))?;
@@ -103,7 +109,7 @@ impl Probe {
     /// Starts tracing `target`: uprobes on its libcuda, and its tgid in `WP_TARGETS`.
     /// With `launch_returns` false, launches get an entry probe only (see
     /// `probe_common::CALL_OPEN_ENDED`): a uretprobe costs more than the entry probe itself
-    /// (notes/gpu-machine.md: +628 ns entry only, +1,743 ns with the return), and a launch
+    /// (docs/measured-facts.md: +628 ns entry only, +1,743 ns with the return), and a launch
     /// happens thousands of times a second. Without `launch_returns` and with a shim journal
     /// in the target, launches get no probe at all: the shim already records every launch
     /// and which thread is inside one since when, and even the entry probe costs ~1.3 µs per
@@ -113,7 +119,7 @@ impl Probe {
         target: &Target,
         launch_returns: bool,
         journal_ok: bool,
-    ) -> anyhow::Result<Attached> {
+    ) -> Result<Attached, ProbeError> {
         let skip_launches = !launch_returns && journal_ok;
         let path = target.libcuda_host_path.clone();
         let lib = match self.libs.get(&path) {
@@ -121,9 +127,9 @@ impl Probe {
             None => {
                 let lib = LibCuda::resolve(&path).map_err(|e| {
                     if target.alive() {
-                        e
+                        ProbeError::from(e)
                     } else {
-                        ProbeError::TargetExited { pid: target.pid }.into()
+                        ProbeError::TargetExited { pid: target.pid }
                     }
                 })?;
                 self.libs.insert(path.clone(), lib.clone());
@@ -133,16 +139,16 @@ impl Probe {
         if lib.waits.is_empty() {
             return Err(ProbeError::NoSymbols {
                 path: PathBuf::from(&target.libcuda),
-            }
-            .into());
+            });
         }
         if target.pid == 0 {
-            return Err(ProbeError::NoSuchProcess { pid: 0 }.into());
+            return Err(ProbeError::NoSuchProcess { pid: 0 });
         }
         // The target's tgid goes in first: a call that starts while we attach is then either
         // fully seen or (entry before the uprobe existed) counted as exit-without-entry.
         let mut targets: BpfHashMap<_, u32, u32> =
-            BpfHashMap::try_from(self.ebpf.map_mut(maps::TARGETS).context("no targets map")?)?;
+            BpfHashMap::try_from(self.ebpf.map_mut(maps::TARGETS).context("no targets map")?)
+                .map_err(anyhow::Error::from)?;
         targets
             .insert(target.pid, 1, 0)
             .context("failed to add the target to WP_TARGETS")?;
@@ -166,7 +172,7 @@ impl Probe {
         }
         if !target.alive() {
             self.detach(target.pid);
-            return Err(ProbeError::TargetExited { pid: target.pid }.into());
+            return Err(ProbeError::TargetExited { pid: target.pid });
         }
         let launch_probes = match (skip_launches, launch_returns) {
             (true, _) => "off (the shim journal records launches)",
@@ -180,7 +186,7 @@ impl Probe {
     /// off): its launches were left to the journal, so put entry probes on them now (entry
     /// only, the cheap mode: whether a thread is still inside is inferred from its yields and
     /// stack samples). Returns how launches are traced now.
-    pub fn attach_launch_probes(&mut self, target: &Target) -> anyhow::Result<&'static str> {
+    pub fn attach_launch_probes(&mut self, target: &Target) -> Result<&'static str, ProbeError> {
         let lib = self
             .libs
             .get(&target.libcuda_host_path)
@@ -205,7 +211,7 @@ impl Probe {
         links: &mut Vec<(&'static str, UProbeLinkId)>,
         names: bool,
         which: impl Fn(bool) -> Option<bool>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), ProbeError> {
         let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
         let path = &target.libcuda_host_path;
         // Return probes first: a call that enters after its entry probe exists then always
@@ -221,7 +227,9 @@ impl Probe {
             if !names && (name == programs::NAME_ENTER || name == programs::NAME_EXIT) {
                 continue;
             }
-            let prog: &mut UProbe = program(&mut self.ebpf, name)?.try_into()?;
+            let prog: &mut UProbe = program(&mut self.ebpf, name)?
+                .try_into()
+                .map_err(anyhow::Error::from)?;
             for ep in points {
                 let launch = api::class(ep.id) == Some(api::ApiClass::Launch);
                 let Some(open_ended) = which(launch) else {
@@ -239,10 +247,15 @@ impl Probe {
                     .attach(point, path, UProbeScope::OneProcess(pid))
                     .map_err(|e| {
                         if !target.alive() {
-                            ProbeError::TargetExited { pid: target.pid }.into()
+                            ProbeError::TargetExited { pid: target.pid }
                         } else {
-                            privilege_or(e.into(), "failed to attach a uprobe")
-                                .context(format!("uprobe on {} in {}", ep.symbol, target.libcuda))
+                            privilege_or(
+                                e.into(),
+                                &format!(
+                                    "failed to attach a uprobe on {} in {}",
+                                    ep.symbol, target.libcuda
+                                ),
+                            )
                         }
                     })?;
                 links.push((name, link));
@@ -319,20 +332,7 @@ fn ensure_tracefs() -> anyhow::Result<()> {
     if mounted(AT) || mounted("/sys/kernel/debug/tracing") {
         return Ok(());
     }
-    let c = |s: &str| std::ffi::CString::new(s).expect("no NUL in a constant");
-    let (src, target) = (c("tracefs"), c(AT));
-    // SAFETY: valid NUL-terminated strings; no data argument.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            src.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = sys::mount_tracefs(AT) {
         anyhow::bail!(
             "tracefs is not mounted and mounting it at {AT} failed ({e}); run `mount -t tracefs tracefs {AT}`"
         );
@@ -341,19 +341,22 @@ fn ensure_tracefs() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn privilege_or(e: anyhow::Error, what: &'static str) -> anyhow::Error {
+fn privilege_or(e: anyhow::Error, what: &str) -> ProbeError {
     let denied = e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::raw_os_error)
-            .is_some_and(|n| n == libc::EPERM)
+            .is_some_and(sys::is_eperm)
     });
     if denied {
-        anyhow::Error::from(ProbeError::MissingCapability {
+        ProbeError::Refused {
+            what: what.to_string(),
             capability: "CAP_BPF and CAP_PERFMON",
-            why: "the kernel refused to load or attach eBPF programs",
-        })
-        .context(format!("{what}: {e:#}"))
+            source: e,
+        }
     } else {
-        e.context(what)
+        ProbeError::Internal {
+            context: what.to_string(),
+            source: e,
+        }
     }
 }

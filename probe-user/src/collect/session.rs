@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use crate::{
-    collect::collector::Collector, collect::probe::Probe, output::report::TargetFacts,
-    process::target::Target,
+    collect::collector::Collector, collect::probe::Probe, error::ProbeError,
+    output::report::TargetFacts, process::target::Target,
 };
 
 pub struct Session {
@@ -15,7 +15,7 @@ pub struct Session {
 impl Session {
     /// Validates every PID before loading anything, so bad input fails fast with its own
     /// message and exit code.
-    pub fn attach(pids: &[u32], launch_returns: bool) -> anyhow::Result<Self> {
+    pub fn attach(pids: &[u32], launch_returns: bool) -> Result<Self, ProbeError> {
         let mut targets = Vec::new();
         for &pid in pids {
             if targets.iter().any(|t: &Target| t.pid == pid) {

@@ -179,7 +179,11 @@ pub fn merge_traces(traces: &[(String, Vec<Value>)]) -> anyhow::Result<Vec<Value
     Ok(out)
 }
 
-pub fn run(args: &MergeArgs, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(args: &MergeArgs, out: &mut impl Write) -> Result<(), crate::commands::Error> {
+    Ok(merge(args, out)?)
+}
+
+fn merge(args: &MergeArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let mut reports = Vec::new();
     let mut traces = Vec::new();
     for f in &args.files {

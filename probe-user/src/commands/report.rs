@@ -4,15 +4,15 @@
 use std::{io::Write, time::Duration};
 
 use crate::{
-    cli::ReportArgs, collect::session::Session, output::report::Report, signals, sys,
-    verdict::Pipeline,
+    cli::ReportArgs, collect::session::Session, commands::Error, output::report::Report, signals,
+    sys, verdict::Pipeline,
 };
 
-pub fn run(args: &ReportArgs, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     if args.window > Duration::from_secs(60) {
-        anyhow::bail!(
+        return Err(crate::commands::Error::Internal(anyhow::anyhow!(
             "--window is at most 60s (a report is a snapshot; use `watch` to observe longer)"
-        );
+        )));
     }
     let settings = args.targets.settings.settings();
     let mut session = Session::attach(&args.targets.pids, !args.no_launch_returns)?;

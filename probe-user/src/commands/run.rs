@@ -13,13 +13,14 @@ use anyhow::Context as _;
 
 use crate::{
     cli::RunArgs,
+    commands::Error,
     commands::watch::{WatchOptions, watch},
     error::ProbeError,
     process::target,
     signals,
 };
 
-pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
     let (program, rest) = args.command.split_first().context("no command given")?;
     let mut cmd = Command::new(program);
     cmd.args(rest);

@@ -3,14 +3,14 @@
 
 use std::io::Write;
 
-pub fn run(out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(out: &mut impl Write) -> Result<(), crate::commands::Error> {
     let exe = std::env::current_exe()?;
     let shim = exe.with_file_name("libcupti_shim.so");
     if !shim.exists() {
-        anyhow::bail!(
+        return Err(crate::commands::Error::Internal(anyhow::anyhow!(
             "no libcupti_shim.so next to {} (build it: cargo build -p cupti-shim)",
             exe.display()
-        );
+        )));
     }
     writeln!(out, "{}", shim.display())?;
     Ok(())

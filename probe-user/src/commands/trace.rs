@@ -8,6 +8,7 @@ use std::{io::Write, time::Duration};
 use crate::{
     cli::TraceArgs,
     collect::session::Session,
+    commands::Error,
     engine::{Engine, EngineOptions},
     model::event::open_now,
     output::trace::chrome::{self, ChromeTrace, Sorter, TraceError},
@@ -20,7 +21,7 @@ const TICK: Duration = Duration::from_millis(50);
 /// events are held this long so each track is written in time order.
 const REORDER_NS: u64 = 1_000_000_000;
 
-pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
     // The output first: an unwritable path fails before anything is attached.
     let mut trace = ChromeTrace::create(&args.output, sys::monotonic_ns(), sys::realtime_ns())?;
     let settings = args.targets.settings.settings();
@@ -29,7 +30,7 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> anyhow::Result<()> {
         Err(e) => {
             drop(trace);
             let _ = std::fs::remove_file(&args.output);
-            return Err(e);
+            return Err(e.into());
         }
     };
     signals::install();

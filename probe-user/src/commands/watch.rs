@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::{
     cli::WatchArgs,
     collect::session::Session,
+    commands::Error,
     engine::{Engine, EngineOptions, Event},
     model::ThreadView,
     output::trace::flight::{Dump, FlightConfig},
@@ -27,7 +28,7 @@ pub struct WatchOptions {
     pub flight: Option<FlightConfig>,
 }
 
-pub fn run(args: &WatchArgs, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run(args: &WatchArgs, out: &mut impl Write) -> Result<(), Error> {
     let options = WatchOptions {
         json: args.json,
         duration: args.duration,
@@ -49,7 +50,7 @@ pub fn watch(
     settings: Settings,
     options: &WatchOptions,
     out: &mut impl Write,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     let session = Session::attach(pids, options.launch_returns)?;
     signals::install();
     let bound_ms = settings.blocked_after_ms();

@@ -446,17 +446,10 @@ impl OwnedJournal {
 
 /// A target's journal file, mapped read-only.
 pub struct MappedJournal {
-    base: *mut libc::c_void,
-    len: usize,
+    /// Declared before `map`: the view points into it.
     view: JournalView,
+    _map: crate::sys::Mapping,
     pub path: String,
-}
-
-impl Drop for MappedJournal {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping.
-        unsafe { libc::munmap(self.base, self.len) };
-    }
 }
 
 impl MappedJournal {
@@ -494,34 +487,17 @@ impl MappedJournal {
         if len as u64 > probe_common::journal::MAX_TOTAL_SIZE {
             anyhow::bail!("{path} has an impossible size ({len} bytes)");
         }
-        // SAFETY: a read-only shared mapping of a file we opened; checked for MAP_FAILED.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("cannot map the journal");
-        }
+        let map =
+            crate::sys::Mapping::of_file(&file, len, false).context("cannot map the journal")?;
         // SAFETY: the mapping is page-aligned, `len` bytes, and lives as long as `self`. A
         // file truncated under us would fault on access; the writer never truncates.
-        match unsafe { JournalView::new(base.cast(), len) } {
+        match unsafe { JournalView::new(map.as_ptr(), len) } {
             Ok(view) => Ok(Self {
-                base,
-                len,
                 view,
+                _map: map,
                 path: path.to_string(),
             }),
-            Err(e) => {
-                // SAFETY: our own mapping.
-                unsafe { libc::munmap(base, len) };
-                Err(anyhow::Error::from(e).context(format!("{path} rejected")))
-            }
+            Err(e) => Err(anyhow::Error::from(e).context(format!("{path} rejected"))),
         }
     }
 

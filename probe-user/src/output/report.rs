@@ -199,6 +199,18 @@ impl Report {
     }
 
     pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        self.write_targets(out)?;
+        self.write_threads(out)?;
+        self.write_kernels(out)?;
+        self.write_journals(out)?;
+        self.write_latency(out)?;
+        self.write_host_stalls(out)?;
+        self.write_jobs(out)?;
+        self.write_verdict(out)
+    }
+
+    /// The targets, one line each.
+    fn write_targets(&self, out: &mut impl Write) -> std::io::Result<()> {
         for t in &self.targets {
             writeln!(
                 out,
@@ -217,6 +229,11 @@ impl Report {
                 t.launch_probes
             )?;
         }
+        Ok(())
+    }
+
+    /// Threads inside driver calls, with their Python frames.
+    fn write_threads(&self, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(out)?;
         if self.threads.is_empty() {
             writeln!(out, "no thread is inside a CUDA driver call")?;
@@ -272,6 +289,11 @@ impl Report {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Each stream's oldest unfinished kernel, its candidates and graph nodes.
+    fn write_kernels(&self, out: &mut impl Write) -> std::io::Result<()> {
         if !self.kernels.is_empty() {
             writeln!(out, "\noldest unfinished kernel per stream (shim journal):")?;
             for k in &self.kernels {
@@ -362,6 +384,11 @@ impl Report {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Journals that are not recording.
+    fn write_journals(&self, out: &mut impl Write) -> std::io::Result<()> {
         for t in &self.targets {
             if let Some(j) = &t.journal
                 && j.status != crate::model::JournalStatus::Recording
@@ -369,6 +396,11 @@ impl Report {
                 writeln!(out, "\njournal of pid {}: {}", t.pid, j.status)?;
             }
         }
+        Ok(())
+    }
+
+    /// Finished calls' latency, and what was lost.
+    fn write_latency(&self, out: &mut impl Write) -> std::io::Result<()> {
         if !self.latency.is_empty() {
             writeln!(out)?;
             writeln!(
@@ -398,6 +430,11 @@ impl Report {
         if !lost.is_empty() {
             writeln!(out, "\nlost or incomplete: {}", lost.join(" "))?;
         }
+        Ok(())
+    }
+
+    /// Host stalls with each spinning thread's stacks.
+    fn write_host_stalls(&self, out: &mut impl Write) -> std::io::Result<()> {
         for s in &self.host_stalls {
             writeln!(
                 out,
@@ -423,6 +460,11 @@ impl Report {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Jobs, their ranks and culprit.
+    fn write_jobs(&self, out: &mut impl Write) -> std::io::Result<()> {
         for j in &self.jobs {
             writeln!(out, "\njob {} ({} ranks):", j.job, j.ranks.len())?;
             for r in &j.ranks {
@@ -441,6 +483,11 @@ impl Report {
                 writeln!(out, "  CULPRIT: {}", c.summary)?;
             }
         }
+        Ok(())
+    }
+
+    /// The verdict, last.
+    fn write_verdict(&self, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(
             out,
             "\nverdict: {}: {}",

@@ -2,7 +2,7 @@
 //!
 //! eBPF alone sees the host side only: time inside the driver is the primary signal (a launch
 //! behind a full queue and a synchronize behind a stuck kernel both sit in the driver at 100%
-//! CPU; only the launch yields — BENCHMARKS.md and docs/validation.md, measured on the H200).
+//! CPU; only the launch yields — docs/measured-facts.md).
 //! Naming the stuck kernel needs the shim; this module says what can be said without it, and
 //! `verdict::kernel` refines it with the journal's kernels.
 

@@ -2,7 +2,7 @@
 //! multi-process: one rank's kernel is stuck while its peers wait in a collective for it. From
 //! the host the ranks look alike (each main thread at 100% CPU, blocked in a launch); only
 //! each GPU's oldest in-flight kernel tells the culprit (not a collective) from the victims
-//! (a collective) — measured on two H200 ranks, docs/validation.md, "Issue 6".
+//! (a collective) — docs/measured-facts.md, "Two ranks, one stuck".
 //!
 //! Processes are grouped into a job by what torchrun, vLLM and SGLang put in their
 //! environment (`TORCHELASTIC_RUN_ID`, `MASTER_ADDR:MASTER_PORT`), else by parent process, or

@@ -21,6 +21,7 @@ use serde_json::json;
 use crate::{
     cli::DaemonArgs,
     collect::{collector::Collector, probe::Probe},
+    commands::Error,
     engine::{Engine, EngineOptions, Event, Tick},
     error::ProbeError,
     model::api_name,
@@ -60,7 +61,7 @@ impl Log {
     }
 }
 
-pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
+pub fn run(args: &DaemonArgs) -> Result<(), Error> {
     let cfg =
         config::load(args.config.as_deref()).map_err(|e| ProbeError::Config(e.to_string()))?;
     let log = Log {
@@ -107,6 +108,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
         discovery: discover::Discovery::default(),
         last_streams: HashMap::new(),
         snap: Snapshot::default(),
+        shared: snapshot,
         last_scan: 0,
         // WEDGEPROBE_DEBUG_TICK=1: where a tick's time goes, every 100 ticks on stderr.
         debug: std::env::var_os("WEDGEPROBE_DEBUG_TICK").map(|_| TickDebug::default()),
@@ -123,7 +125,7 @@ pub fn run(args: &DaemonArgs) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let tick = d.engine.tick(now);
         d.handle(&tick);
-        d.publish(&tick, &snapshot);
+        d.publish(&tick);
         if let Some(debug) = &mut d.debug {
             debug.add(t0.elapsed(), &mut d.engine.collector);
         }
@@ -143,6 +145,8 @@ struct Daemon {
     /// Per process, the per-stream series of the last in-flight table scan.
     last_streams: HashMap<u32, Vec<StreamMetrics>>,
     snap: Snapshot,
+    /// What the HTTP thread serves (`snap` as of the last tick).
+    shared: Arc<Mutex<Snapshot>>,
     last_scan: u64,
     debug: Option<TickDebug>,
 }
@@ -166,6 +170,8 @@ impl Daemon {
                     ..new
                 };
                 self.snap.config_reloads_total += 1;
+                self.snap.blocked_after_seconds = self.cfg.blocked_after.as_secs_f64();
+                self.share_config_counters();
                 self.log.event(
                     "config_reloaded",
                     json!({"config": path}),
@@ -174,6 +180,7 @@ impl Daemon {
             }
             Err(e) => {
                 self.snap.config_errors_total += 1;
+                self.share_config_counters();
                 self.log.event(
                     "config_rejected",
                     json!({"error": e.to_string()}),
@@ -308,8 +315,18 @@ impl Daemon {
         }
     }
 
+    /// A reload's outcome is served at once, before it is logged: a scrape that follows the
+    /// log line sees it (not only after the next tick).
+    fn share_config_counters(&self) {
+        if let Ok(mut s) = self.shared.lock() {
+            s.config_reloads_total = self.snap.config_reloads_total;
+            s.config_errors_total = self.snap.config_errors_total;
+            s.blocked_after_seconds = self.snap.blocked_after_seconds;
+        }
+    }
+
     /// The metrics snapshot the HTTP thread serves.
-    fn publish(&mut self, tick: &Tick, snapshot: &Mutex<Snapshot>) {
+    fn publish(&mut self, tick: &Tick) {
         let now = tick.now_ns;
         let collector = &self.engine.collector;
         let mut processes = Vec::new();
@@ -362,7 +379,7 @@ impl Daemon {
         snap.dump_failures_total = self.engine.flight().map_or(0, |f| f.dumps_failed);
         snap.blocked_after_seconds = self.cfg.blocked_after.as_secs_f64();
         (snap.cpu_seconds, snap.rss_bytes) = metrics::own_usage();
-        if let Ok(mut s) = snapshot.lock() {
+        if let Ok(mut s) = self.shared.lock() {
             *s = snap.clone();
         }
     }

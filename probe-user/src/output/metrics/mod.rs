@@ -151,252 +151,298 @@ fn counter<V: prometheus_client::encoding::EncodeCounterValue>(
     Ok(())
 }
 
+/// A process's series carry its pid.
+fn pid_label(p: &ProcessMetrics) -> Labels {
+    vec![("pid", p.pid.to_string())]
+}
+
+/// The snapshot as OpenMetrics families, one group of series per helper below.
 impl Collector for SnapshotCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let s = &self.0;
-        let pid = |p: &ProcessMetrics| -> Labels { vec![("pid", p.pid.to_string())] };
-        gauge(
-            &mut e,
-            "wedgeprobe_target_info",
-            "A process wedgeprobe watches (mode: journal+ebpf or ebpf-only; job and rank when it is one rank of a job).",
-            &s.processes
-                .iter()
-                .map(|p| {
-                    let mut l = pid(p);
-                    l.push(("comm", p.comm.clone()));
-                    l.push(("mode", p.mode.to_string()));
-                    if !p.job.is_empty() {
-                        l.push(("job", p.job.clone()));
-                        l.push(("rank", p.rank.clone()));
-                    }
-                    (l, 1u64)
-                })
-                .collect::<Vec<_>>(),
-        )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_verdict",
-            "The current verdict of each process (1 for its kind).",
-            &s.processes
-                .iter()
-                .map(|p| {
-                    let mut l = pid(p);
-                    l.push(("kind", p.verdict.to_string()));
-                    (l, 1u64)
-                })
-                .collect::<Vec<_>>(),
-        )?;
-        let streams: Vec<(Labels, &StreamMetrics)> = s
-            .processes
+        targets(s, &mut e)?;
+        streams(s, &mut e)?;
+        threads(s, &mut e)?;
+        jobs(s, &mut e)?;
+        journals(s, &mut e)?;
+        verdicts_and_losses(s, &mut e)?;
+        the_daemon(s, &mut e)
+    }
+}
+
+/// Each watched process and its verdict.
+fn targets(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    gauge(
+        e,
+        "wedgeprobe_target_info",
+        "A process wedgeprobe watches (mode: journal+ebpf or ebpf-only; job and rank when it is one rank of a job).",
+        &s.processes
+            .iter()
+            .map(|p| {
+                let mut l = pid_label(p);
+                l.push(("comm", p.comm.clone()));
+                l.push(("mode", p.mode.to_string()));
+                if !p.job.is_empty() {
+                    l.push(("job", p.job.clone()));
+                    l.push(("rank", p.rank.clone()));
+                }
+                (l, 1u64)
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    gauge(
+        e,
+        "wedgeprobe_verdict",
+        "The current verdict of each process (1 for its kind).",
+        &s.processes
+            .iter()
+            .map(|p| {
+                let mut l = pid_label(p);
+                l.push(("kind", p.verdict.to_string()));
+                (l, 1u64)
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
+
+/// Per stream: the oldest kernel's age and the kernels in flight.
+fn streams(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    let streams: Vec<(Labels, &StreamMetrics)> = s
+        .processes
+        .iter()
+        .flat_map(|p| {
+            p.streams.iter().map(move |st| {
+                let mut l = pid_label(p);
+                l.push(("device", st.device.to_string()));
+                l.push(("stream", st.stream.clone()));
+                (l, st)
+            })
+        })
+        .collect();
+    gauge(
+        e,
+        "wedgeprobe_oldest_kernel_age_seconds",
+        "How long the oldest unfinished kernel of each stream has run (estimate), by kernel.",
+        &streams
+            .iter()
+            .map(|(l, st)| {
+                let mut l = l.clone();
+                l.push(("kernel", st.kernel.clone()));
+                (l, st.oldest_age_seconds)
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    gauge(
+        e,
+        "wedgeprobe_inflight_kernels",
+        "Kernels launched and not completed, per stream.",
+        &streams
+            .iter()
+            .map(|(l, st)| (l.clone(), st.in_flight))
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
+
+/// Host threads inside driver calls, blocked, yielding.
+fn threads(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    gauge(
+        e,
+        "wedgeprobe_threads_in_driver_calls",
+        "Host threads inside a CUDA driver call now.",
+        &s.processes
+            .iter()
+            .map(|p| (pid_label(p), p.threads_in_calls))
+            .collect::<Vec<_>>(),
+    )?;
+    gauge(
+        e,
+        "wedgeprobe_blocked_threads",
+        "Host threads inside a driver call for longer than blocked_after.",
+        &s.processes
+            .iter()
+            .map(|p| (pid_label(p), p.blocked_threads))
+            .collect::<Vec<_>>(),
+    )?;
+    gauge(
+        e,
+        "wedgeprobe_sched_yield_per_second",
+        "sched_yield calls per second of the threads inside driver calls.",
+        &s.processes
+            .iter()
+            .map(|p| (pid_label(p), p.sched_yield_per_s))
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
+
+/// Culprit ranks.
+fn jobs(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    gauge(
+        e,
+        "wedgeprobe_culprit",
+        "The rank whose non-collective kernel is stuck while its peers wait in collectives (1).",
+        &s.culprits
+            .iter()
+            .map(|(job, rank, pid, kernel)| {
+                (
+                    vec![
+                        ("job", job.clone()),
+                        ("rank", rank.to_string()),
+                        ("pid", pid.to_string()),
+                        ("kernel", bounded_label(kernel)),
+                    ],
+                    1u64,
+                )
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
+
+/// What the shims could not record, and journal records lost or skipped.
+fn journals(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    counter(
+        e,
+        "wedgeprobe_journal_dropped",
+        "What the shim could not record, by reason.",
+        &s.processes
             .iter()
             .flat_map(|p| {
-                p.streams.iter().map(move |st| {
-                    let mut l = pid(p);
-                    l.push(("device", st.device.to_string()));
-                    l.push(("stream", st.stream.clone()));
-                    (l, st)
+                p.journal_drops.iter().map(move |(r, v)| {
+                    let mut l = pid_label(p);
+                    l.push(("reason", r.to_string()));
+                    (l, *v)
                 })
             })
-            .collect();
-        gauge(
-            &mut e,
-            "wedgeprobe_oldest_kernel_age_seconds",
-            "How long the oldest unfinished kernel of each stream has run (estimate), by kernel.",
-            &streams
-                .iter()
-                .map(|(l, st)| {
-                    let mut l = l.clone();
-                    l.push(("kernel", st.kernel.clone()));
-                    (l, st.oldest_age_seconds)
-                })
-                .collect::<Vec<_>>(),
+            .collect::<Vec<_>>(),
+    )?;
+    counter(
+        e,
+        "wedgeprobe_journal_ring_lost",
+        "Journal records overwritten before wedgeprobe read them.",
+        &s.processes
+            .iter()
+            .map(|p| (pid_label(p), p.journal_ring_lost))
+            .collect::<Vec<_>>(),
+    )?;
+    counter(
+        e,
+        "wedgeprobe_journal_ring_skipped",
+        "Journal records not read: the daemon reads at most the newest 1,024 per process per tick.",
+        &s.processes
+            .iter()
+            .map(|p| (pid_label(p), p.journal_ring_skipped))
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
+
+/// Verdict changes, eBPF losses, driver call durations.
+fn verdicts_and_losses(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    counter(
+        e,
+        "wedgeprobe_verdicts",
+        "Verdict changes into each kind, all processes.",
+        &s.verdicts_total
+            .iter()
+            .map(|(k, v)| (vec![("kind", k.to_string())], *v))
+            .collect::<Vec<_>>(),
+    )?;
+    counter(
+        e,
+        "wedgeprobe_ebpf_lost",
+        "Events the eBPF side could not record, by reason.",
+        &s.ebpf_lost
+            .iter()
+            .map(|(k, v)| (vec![("reason", k.to_string())], *v))
+            .collect::<Vec<_>>(),
+    )?;
+    {
+        let mut m = e.encode_descriptor(
+            "wedgeprobe_driver_call_duration_seconds",
+            "Duration of finished driver calls (entry points with both probes).",
+            None,
+            MetricType::Histogram,
         )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_inflight_kernels",
-            "Kernels launched and not completed, per stream.",
-            &streams
-                .iter()
-                .map(|(l, st)| (l.clone(), st.in_flight))
-                .collect::<Vec<_>>(),
-        )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_threads_in_driver_calls",
-            "Host threads inside a CUDA driver call now.",
-            &s.processes
-                .iter()
-                .map(|p| (pid(p), p.threads_in_calls))
-                .collect::<Vec<_>>(),
-        )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_blocked_threads",
-            "Host threads inside a driver call for longer than blocked_after.",
-            &s.processes
-                .iter()
-                .map(|p| (pid(p), p.blocked_threads))
-                .collect::<Vec<_>>(),
-        )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_sched_yield_per_second",
-            "sched_yield calls per second of the threads inside driver calls.",
-            &s.processes
-                .iter()
-                .map(|p| (pid(p), p.sched_yield_per_s))
-                .collect::<Vec<_>>(),
-        )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_culprit",
-            "The rank whose non-collective kernel is stuck while its peers wait in collectives (1).",
-            &s.culprits
-                .iter()
-                .map(|(job, rank, pid, kernel)| {
-                    (
-                        vec![
-                            ("job", job.clone()),
-                            ("rank", rank.to_string()),
-                            ("pid", pid.to_string()),
-                            ("kernel", bounded_label(kernel)),
-                        ],
-                        1u64,
-                    )
-                })
-                .collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut e,
-            "wedgeprobe_journal_dropped",
-            "What the shim could not record, by reason.",
-            &s.processes
-                .iter()
-                .flat_map(|p| {
-                    p.journal_drops.iter().map(move |(r, v)| {
-                        let mut l = pid(p);
-                        l.push(("reason", r.to_string()));
-                        (l, *v)
-                    })
-                })
-                .collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut e,
-            "wedgeprobe_journal_ring_lost",
-            "Journal records overwritten before wedgeprobe read them.",
-            &s.processes
-                .iter()
-                .map(|p| (pid(p), p.journal_ring_lost))
-                .collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut e,
-            "wedgeprobe_journal_ring_skipped",
-            "Journal records not read: the daemon reads at most the newest 1,024 per process per tick.",
-            &s.processes
-                .iter()
-                .map(|p| (pid(p), p.journal_ring_skipped))
-                .collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut e,
-            "wedgeprobe_verdicts",
-            "Verdict changes into each kind, all processes.",
-            &s.verdicts_total
-                .iter()
-                .map(|(k, v)| (vec![("kind", k.to_string())], *v))
-                .collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut e,
-            "wedgeprobe_ebpf_lost",
-            "Events the eBPF side could not record, by reason.",
-            &s.ebpf_lost
-                .iter()
-                .map(|(k, v)| (vec![("reason", k.to_string())], *v))
-                .collect::<Vec<_>>(),
-        )?;
-        {
-            let mut m = e.encode_descriptor(
-                "wedgeprobe_driver_call_duration_seconds",
-                "Duration of finished driver calls (entry points with both probes).",
-                None,
-                MetricType::Histogram,
-            )?;
-            for (api, h) in &s.latency {
-                let l: Labels = vec![("api", api.to_string())];
-                HistMetric(h).encode(m.encode_family(&l)?)?;
-            }
+        for (api, h) in &s.latency {
+            let l: Labels = vec![("api", api.to_string())];
+            HistMetric(h).encode(m.encode_family(&l)?)?;
         }
-        counter(
-            &mut e,
-            "wedgeprobe_dumps",
-            "Incident dumps written.",
-            &[(vec![], s.dumps_total)],
-        )?;
-        counter(
-            &mut e,
-            "wedgeprobe_dump_failures",
-            "Incident dumps that could not be written (watching goes on).",
-            &[(vec![], s.dump_failures_total)],
-        )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_dump_dir_bytes",
-            "Bytes in the dump directory.",
-            &[(vec![], s.dump_dir_bytes)],
-        )?;
-        counter(
-            &mut e,
-            "wedgeprobe_discovery_scans",
-            "Scans of /proc for CUDA processes.",
-            &[(vec![], s.discovery_scans_total)],
-        )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_discovery_scan_seconds",
-            "Duration of the last /proc scan.",
-            &[(vec![], s.discovery_scan_seconds)],
-        )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_discovery_pending",
-            "Processes not using CUDA (yet), waiting for a re-check.",
-            &[(vec![], s.discovery_pending)],
-        )?;
-        counter(
-            &mut e,
-            "wedgeprobe_config_reloads",
-            "Configurations applied on SIGHUP.",
-            &[(vec![], s.config_reloads_total)],
-        )?;
-        counter(
-            &mut e,
-            "wedgeprobe_config_errors",
-            "Configurations rejected on SIGHUP.",
-            &[(vec![], s.config_errors_total)],
-        )?;
-        gauge(
-            &mut e,
-            "wedgeprobe_blocked_after_seconds",
-            "The configured bound for a blocked thread.",
-            &[(vec![], s.blocked_after_seconds)],
-        )?;
-        counter(
-            &mut e,
-            "process_cpu_seconds",
-            "CPU time wedgeprobe itself used (user + system).",
-            &[(vec![], s.cpu_seconds)],
-        )?;
-        gauge(
-            &mut e,
-            "process_resident_memory_bytes",
-            "wedgeprobe's own resident memory.",
-            &[(vec![], s.rss_bytes)],
-        )?;
-        Ok(())
     }
+    Ok(())
+}
+
+/// The daemon itself: dumps, discovery, configuration, its own CPU and memory.
+fn the_daemon(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    counter(
+        e,
+        "wedgeprobe_dumps",
+        "Incident dumps written.",
+        &[(vec![], s.dumps_total)],
+    )?;
+    counter(
+        e,
+        "wedgeprobe_dump_failures",
+        "Incident dumps that could not be written (watching goes on).",
+        &[(vec![], s.dump_failures_total)],
+    )?;
+    gauge(
+        e,
+        "wedgeprobe_dump_dir_bytes",
+        "Bytes in the dump directory.",
+        &[(vec![], s.dump_dir_bytes)],
+    )?;
+    counter(
+        e,
+        "wedgeprobe_discovery_scans",
+        "Scans of /proc for CUDA processes.",
+        &[(vec![], s.discovery_scans_total)],
+    )?;
+    gauge(
+        e,
+        "wedgeprobe_discovery_scan_seconds",
+        "Duration of the last /proc scan.",
+        &[(vec![], s.discovery_scan_seconds)],
+    )?;
+    gauge(
+        e,
+        "wedgeprobe_discovery_pending",
+        "Processes not using CUDA (yet), waiting for a re-check.",
+        &[(vec![], s.discovery_pending)],
+    )?;
+    counter(
+        e,
+        "wedgeprobe_config_reloads",
+        "Configurations applied on SIGHUP.",
+        &[(vec![], s.config_reloads_total)],
+    )?;
+    counter(
+        e,
+        "wedgeprobe_config_errors",
+        "Configurations rejected on SIGHUP.",
+        &[(vec![], s.config_errors_total)],
+    )?;
+    gauge(
+        e,
+        "wedgeprobe_blocked_after_seconds",
+        "The configured bound for a blocked thread.",
+        &[(vec![], s.blocked_after_seconds)],
+    )?;
+    counter(
+        e,
+        "process_cpu_seconds",
+        "CPU time wedgeprobe itself used (user + system).",
+        &[(vec![], s.cpu_seconds)],
+    )?;
+    gauge(
+        e,
+        "process_resident_memory_bytes",
+        "wedgeprobe's own resident memory.",
+        &[(vec![], s.rss_bytes)],
+    )?;
+    Ok(())
 }
 
 #[derive(Debug)]
