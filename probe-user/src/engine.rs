@@ -276,7 +276,14 @@ impl Engine {
         let Some(flight) = &mut self.flight else {
             return trace;
         };
-        flight.push(trace.iter().cloned(), now_ns);
+        // Handed to the caller only when it records a trace too: cloning every event each
+        // tick would be the daemon's largest cost for nothing.
+        let kept = if self.options.record_trace {
+            trace.clone()
+        } else {
+            Vec::new()
+        };
+        flight.push(trace, now_ns);
         // Incidents: per process where each is judged alone, else the verdict over all.
         let incidents: Vec<u32> = if self.options.per_process {
             each.iter()
@@ -307,11 +314,7 @@ impl Engine {
                 failures: flight.dumps_failed,
             });
         }
-        if self.options.record_trace {
-            trace
-        } else {
-            Vec::new()
-        }
+        kept
     }
 
     /// Stops tracing every target (takes seconds: see `Probe::detach`).

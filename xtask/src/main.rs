@@ -60,6 +60,11 @@ fn cargo() -> Command {
 
 /// Builds the wedgeprobe binary in `profile` and returns its path.
 pub fn build_wedgeprobe(release: bool) -> anyhow::Result<std::path::PathBuf> {
+    // WEDGEPROBE_BIN: measure another build (kept elsewhere) against this one, e.g. the
+    // code before a refactor, in the same interleaved run.
+    if let Some(bin) = std::env::var_os("WEDGEPROBE_BIN") {
+        return Ok(bin.into());
+    }
     let mut cmd = cargo();
     cmd.args(["build", "--quiet", "-p", "probe-user"]);
     if release {
