@@ -33,6 +33,8 @@ const ATTACH_GRACE_MS: u64 = 2000;
 
 #[derive(clap::Subcommand)]
 enum What {
+    /// Time to first answer of `report` and `watch` against a wedged worker (`--rounds`).
+    Answer,
     /// The shim's own CPU cost per launch on the simulated driver, interleaved: no shim, the
     /// shim recording through its launch hooks (the default), and through the driver's
     /// callbacks (`WEDGEPROBE_SHIM_HOOKS=off`, as with CUPTI's callbacks on a GPU — the
@@ -70,6 +72,7 @@ enum What {
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.what {
+        Some(What::Answer) => return crate::answer::run(args.rounds),
         Some(What::TraceExport { events }) => return trace_export(*events),
         Some(What::Shim) => return shim_sides(args.launches, args.rounds),
         Some(What::Daemon {

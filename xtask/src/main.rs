@@ -1,6 +1,7 @@
 //! Developer tasks, so that every workflow is one `cargo xtask …` command:
 //! `demo` (the README's first command), `test` (the second), `bench`.
 
+mod answer;
 mod bench;
 mod codegen;
 mod demo;

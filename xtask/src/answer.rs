@@ -1,0 +1,94 @@
+//! `cargo xtask bench answer`: time to first answer on the simulated driver (issue 13, item
+//! 4). A worker with the shim wedges 1 s in and stays wedged (the 3 a.m. case: wedgeprobe
+//! arrives after the wedge); per round, interleaved:
+//! - `report`: wall time of `wedgeprobe report --pid P` (the window is 1 s), as a shell sees it;
+//! - `watch`: from starting `wedgeprobe watch --json --pid P` to its first `blocked` line.
+//!
+//! The daemon's first answer is its scan interval plus one tick (2 s + 250 ms by default)
+//! and is not timed here.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::build_wedgeprobe;
+
+pub fn run(rounds: u32) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the benchmark attaches eBPF probes: run it as root");
+    }
+    let wedgeprobe = build_wedgeprobe(true)?;
+    let shim = wedgeprobe.with_file_name("libcupti_shim.so");
+    let mut worker = Command::new(wp_tests::simworker())
+        .args(["wedge", "600", "1000"])
+        .env("SIMCUDA_RELEASE_AFTER_S", "590")
+        .env("CUDA_INJECTION64_PATH", &shim)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("start the simulated worker")?;
+    let pid = worker.id().to_string();
+    // Past the kernel floor (5 s): the report names a wedge, not a busy kernel.
+    sleep(Duration::from_secs(7));
+    let result = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+        let (mut report, mut watch) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let t = Instant::now();
+            let out = Command::new(&wedgeprobe)
+                .args(["report", "--pid", &pid])
+                .stderr(Stdio::null())
+                .output()?;
+            report.push(t.elapsed().as_secs_f64());
+            if !String::from_utf8_lossy(&out.stdout).contains("verdict: kernel_wedge") {
+                bail!("report did not name the wedge");
+            }
+            // A detach left to a child of the last command must not overlap the next one.
+            sleep(Duration::from_secs(5));
+            let t = Instant::now();
+            let mut child = Command::new(&wedgeprobe)
+                .args(["watch", "--json", "--pid", &pid, "--duration", "10s"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()?;
+            let stdout = child.stdout.take().context("watch's stdout")?;
+            let first = BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .find(|l| l.contains("\"event\":\"blocked\""));
+            watch.push(t.elapsed().as_secs_f64());
+            let _ = child.kill();
+            let _ = child.wait();
+            if first.is_none() {
+                bail!("watch printed no blocked thread");
+            }
+            sleep(Duration::from_secs(5));
+        }
+        Ok((report, watch))
+    })();
+    let _ = worker.kill();
+    let _ = worker.wait();
+    let (mut report, mut watch) = result?;
+    report.sort_by(f64::total_cmp);
+    watch.sort_by(f64::total_cmp);
+    let med = |v: &[f64]| v[v.len() / 2];
+    println!("| command | rounds | median s | min s | max s |");
+    println!("|---|---|---|---|---|");
+    for (name, v) in [
+        ("report (window 1 s)", &report),
+        ("watch, first blocked line", &watch),
+    ] {
+        println!(
+            "| {name} | {} | {:.2} | {:.2} | {:.2} |",
+            v.len(),
+            med(v),
+            v[0],
+            v[v.len() - 1]
+        );
+    }
+    Ok(())
+}
