@@ -107,6 +107,8 @@ fn test() -> anyhow::Result<()> {
     run(cargo()
         .args(["test", "--lib", "--bins"])
         .args(units.iter().flat_map(|p| ["-p", p])))?;
+    // probe-user's shape (no import circles, no mutable globals): a test of its sources.
+    run(cargo().args(["test", "-p", "probe-user", "--test", "layers"]))?;
     run(cargo().args([
         "test",
         "-p",
