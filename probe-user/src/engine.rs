@@ -321,9 +321,4 @@ impl Engine {
     pub fn detach_all(&mut self) {
         self.collector.detach_all();
     }
-
-    /// Stops tracing every target as a command about to exit (`Collector::detach_on_exit`).
-    pub fn detach_on_exit(&mut self) {
-        self.collector.detach_on_exit();
-    }
 }

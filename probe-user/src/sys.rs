@@ -80,50 +80,6 @@ impl Drop for Mapping {
     }
 }
 
-/// Leaves the closing of this process's file descriptors to a child that outlives it: the
-/// child keeps a copy of every fd, waits (up to 30 s) until this process has exited, then exits
-/// itself, and the kernel's slow part of closing uprobe links (~100 ms each, an RCU grace period
-/// under a kernel-wide mutex: 36 links ≈ 3.6 s) happens in its exit, which nobody waits for.
-/// Returns false if no child could be made (the caller then detaches itself).
-///
-/// The child only makes async-signal-safe calls (open, dup2, getppid, nanosleep, _exit), so
-/// forking a process with threads is safe; its stdio goes to /dev/null so that a pipeline
-/// reading our output ends when we do.
-pub fn close_fds_after_exit() -> bool {
-    let Ok(devnull) = std::ffi::CString::new("/dev/null") else {
-        return false;
-    };
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: see above: the child calls only async-signal-safe functions, then _exit.
-    match unsafe { libc::fork() } {
-        -1 => false,
-        0 => {
-            // SAFETY: async-signal-safe calls on valid arguments; the child never returns.
-            unsafe {
-                let fd = libc::open(devnull.as_ptr(), libc::O_RDWR);
-                if fd >= 0 {
-                    for std in 0..3 {
-                        libc::dup2(fd, std);
-                    }
-                }
-                let tick = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 10_000_000,
-                };
-                for _ in 0..3_000 {
-                    if libc::getppid() != parent {
-                        break;
-                    }
-                    libc::nanosleep(&tick, std::ptr::null_mut());
-                }
-                libc::_exit(0)
-            }
-        }
-        _ => true,
-    }
-}
-
 /// Whether a raw OS error number is EPERM (the kernel refused for lack of privilege).
 pub fn is_eperm(errno: i32) -> bool {
     errno == libc::EPERM

@@ -47,7 +47,8 @@ pub fn run(rounds: u32) -> anyhow::Result<()> {
             if !String::from_utf8_lossy(&out.stdout).contains("verdict: kernel_wedge") {
                 bail!("report did not name the wedge");
             }
-            // A detach left to a child of the last command must not overlap the next one.
+            // The last command's links take seconds to close; do not time the next one
+            // against them.
             sleep(Duration::from_secs(5));
             let t = Instant::now();
             let mut child = Command::new(&wedgeprobe)

@@ -649,21 +649,6 @@ impl Collector {
             self.probe.detach(pid);
         }
     }
-
-    /// Detaches as a command that is about to exit: the targets leave `WP_TARGETS` at once
-    /// (nothing more is recorded), and closing the uprobe links — seconds of kernel work,
-    /// ~70% of a `report`'s wall time on the simulated driver — is left to a child that
-    /// outlives this process (`sys::close_fds_after_exit`), so the command ends as soon as
-    /// its output is written. Detaches here if that child cannot be made.
-    pub fn detach_on_exit(&mut self) {
-        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
-        for &pid in &pids {
-            self.probe.stop_recording(pid);
-        }
-        if !sys::close_fds_after_exit() {
-            self.detach_all();
-        }
-    }
 }
 
 /// A journal launch or completion as a trace event.

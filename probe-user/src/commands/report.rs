@@ -48,6 +48,6 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     out.flush()?;
     // Detaching takes seconds (see Probe::detach): let a pipeline reading us finish first.
     sys::close_stdout();
-    session.collector.detach_on_exit();
+    session.collector.detach_all();
     Ok(())
 }

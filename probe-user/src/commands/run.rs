@@ -70,7 +70,6 @@ pub fn run(args: &RunArgs) -> Result<ExitCode, Error> {
             duration: None,
             launch_returns: false,
             flight: args.flight.config(),
-            exits_after: false,
         };
         let mut err = std::io::stderr().lock();
         watch(&[pid], args.settings.settings(), &options, &mut err)?;

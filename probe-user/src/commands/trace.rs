@@ -126,7 +126,7 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
     out.flush()?;
     // Detaching takes seconds (Probe::detach): let a pipeline reading us finish first.
     sys::close_stdout();
-    engine.detach_on_exit();
+    engine.detach_all();
     if let Some(e) = write_error {
         return Err(e.into());
     }

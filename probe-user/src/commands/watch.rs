@@ -26,9 +26,6 @@ pub struct WatchOptions {
     pub duration: Option<Duration>,
     pub launch_returns: bool,
     pub flight: Option<FlightConfig>,
-    /// The process exits right after (`watch` itself; not `run`, which then waits for its
-    /// command): closing the uprobe links is left to `Collector::detach_on_exit`.
-    pub exits_after: bool,
 }
 
 pub fn run(args: &WatchArgs, out: &mut impl Write) -> Result<(), Error> {
@@ -37,7 +34,6 @@ pub fn run(args: &WatchArgs, out: &mut impl Write) -> Result<(), Error> {
         duration: args.duration,
         launch_returns: args.launch_returns,
         flight: args.flight.config(),
-        exits_after: true,
     };
     watch(
         &args.targets.pids,
@@ -114,11 +110,7 @@ pub fn watch(
         }
         std::thread::sleep(TICK);
     }
-    if options.exits_after {
-        engine.detach_on_exit();
-    } else {
-        engine.detach_all();
-    }
+    engine.detach_all();
     if !options.json {
         writeln!(out, "{} detached", clock())?;
     }
