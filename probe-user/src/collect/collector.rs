@@ -458,9 +458,10 @@ impl Collector {
     }
 
     fn read_yields(&mut self) {
+        let now = sys::monotonic_ns();
         for (pid, tid) in self.model.threads_needing_yields() {
             if let Ok(n) = self.yields.get(&tid, 0) {
-                self.model.set_yields(pid, tid, n);
+                self.model.set_yields(pid, tid, n, now);
             }
         }
     }

@@ -76,9 +76,9 @@ pub struct CurrentCall {
     pub seen_by: SeenBy,
     pub args: Option<InCall>,
     /// For a call found by stack scan or journal: the thread's yield count at the first read
-    /// after the call was seen (yields are read only for threads in such calls; None until
-    /// then).
-    pub yields_at_first_seen: Option<u64>,
+    /// after the call was seen, and when (yields are read only for threads in such calls; None
+    /// until then).
+    pub yields_at_first_seen: Option<(u64, u64)>,
     /// For a stack-scanned call: last time a sample confirmed it.
     pub confirmed_ns: u64,
 }
@@ -220,6 +220,9 @@ const YIELDING_NS: u64 = 100_000_000;
 /// See `ThreadState::open_call_active`.
 const OPEN_LAUNCH_GRACE_NS: u64 = 500_000_000;
 
+/// A yield rate counted over less than this is not a rate yet (72k/s gives ~7,000 in it).
+const YIELD_RATE_MIN_NS: u64 = 100_000_000;
+
 /// A stack-scanned call is believed for this long after its last confirming sample. Samples of
 /// a spinning thread come every 200 ms; a sleeping thread is re-read from /proc every 250 ms.
 const SCAN_VALID_NS: u64 = 1_000_000_000;
@@ -342,6 +345,9 @@ pub struct ThreadView {
     pub in_call_at_least: bool,
     pub blocked: bool,
     pub sched_yield_per_s: f64,
+    /// False while the rate of a call found by scan or journal is not known yet (less than
+    /// 100 ms of yields counted since it was first seen).
+    pub sched_yield_measured: bool,
     /// `CUstream` as hex (`0x0` legacy default, `0x2` per-thread default); null if unknown.
     pub stream: Option<String>,
     /// The launched `CUfunction` / graph exec / event, as hex.
@@ -371,6 +377,7 @@ impl ThreadView {
             in_call_at_least: false,
             blocked: ms >= bound_ms,
             sched_yield_per_s: 0.0,
+            sched_yield_measured: true,
             stream: Some("0x0".into()),
             handle: None,
             kernel: None,
@@ -626,7 +633,7 @@ impl Model {
         }
     }
 
-    pub fn set_yields(&mut self, pid: u32, tid: u32, total: u64) {
+    pub fn set_yields(&mut self, pid: u32, tid: u32, total: u64, now_ns: u64) {
         if let Some(t) = self
             .procs
             .get_mut(&pid)
@@ -637,7 +644,7 @@ impl Model {
                 .into_iter()
                 .flatten()
             {
-                c.yields_at_first_seen.get_or_insert(total);
+                c.yields_at_first_seen.get_or_insert((total, now_ns));
             }
         }
     }
@@ -673,12 +680,25 @@ impl Model {
                 }
                 let in_call_ns = now_ns.saturating_sub(c.since_ns);
                 let secs = in_call_ns as f64 / 1e9;
-                let yields = match &c.args {
-                    Some(a) => a.yields,
-                    None => c
-                        .yields_at_first_seen
-                        .map_or(0, |first| t.yields_total.saturating_sub(first)),
-                };
+                // Probes saw the call begin: its own yields over its whole time. Found by scan
+                // or journal: the thread's yields since first seen, over the time since then —
+                // not over the call's age (that diluted a 72k/s spin to "no sched_yield" at a
+                // watch's first ticks) — and not known before YIELD_RATE_MIN_NS of it.
+                let (sched_yield_per_s, sched_yield_measured) =
+                    match (&c.args, c.yields_at_first_seen) {
+                        (Some(a), _) if secs > 0.0 => (a.yields as f64 / secs, true),
+                        (Some(_), _) => (0.0, true),
+                        (None, Some((first, at)))
+                            if now_ns.saturating_sub(at) >= YIELD_RATE_MIN_NS =>
+                        {
+                            (
+                                t.yields_total.saturating_sub(first) as f64
+                                    / (now_ns.saturating_sub(at) as f64 / 1e9),
+                                true,
+                            )
+                        }
+                        (None, _) => (0.0, false),
+                    };
                 let args = c.args.as_ref();
                 let has_stream = args.is_some_and(|a| {
                     matches!(
@@ -706,11 +726,8 @@ impl Model {
                     in_call_ms: in_call_ns as f64 / 1e6,
                     in_call_at_least: c.seen_by == SeenBy::StackScan,
                     blocked: in_call_ns >= blocked_after_ns,
-                    sched_yield_per_s: if secs > 0.0 {
-                        yields as f64 / secs
-                    } else {
-                        0.0
-                    },
+                    sched_yield_per_s,
+                    sched_yield_measured,
                     stream: args
                         .filter(|_| has_stream)
                         .map(|a| format!("{:#x}", a.stream)),

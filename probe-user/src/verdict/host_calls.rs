@@ -132,6 +132,8 @@ pub fn decide(
     let launches = of(Some(ApiClass::Launch));
     let launch_opening = if launches.iter().any(|t| t.sched_yield_per_s >= 1000.0) {
         "GPU not completing work: launch blocked (driver launch queue full): "
+    } else if launches.iter().any(|t| !t.sched_yield_measured) {
+        "GPU not completing work: launch blocked (its sched_yield rate, which tells a full queue, is not measured yet): "
     } else {
         "GPU not completing work: launch blocked with no sched_yield seen (not the full-queue spin, which yields ~72k/s on the H200: a lazy module load or a driver lock waiting behind the GPU): "
     };
@@ -264,6 +266,19 @@ mod tests {
             "{}",
             idle.summary
         );
+    }
+
+    /// A launch found by scan or journal whose yields have not been counted for long enough
+    /// is said to be unmeasured — not "no sched_yield seen" (a watch's first tick said that
+    /// of a launch spinning in a full queue).
+    #[test]
+    fn a_launch_whose_yield_rate_is_not_measured_yet_is_not_judged_by_it() {
+        let mut t = thread("cuLaunchKernel", 4000.0, 1000.0);
+        t.sched_yield_measured = false;
+        let v = decide(&[t], 1000.0, true, true);
+        assert_eq!(v.kind, VerdictKind::LaunchQueueFull);
+        assert!(v.summary.contains("not measured yet"), "{}", v.summary);
+        assert!(!v.summary.contains("no sched_yield seen"), "{}", v.summary);
     }
 
     /// A launch blocked while yielding is the full queue; one blocked without a yield (a lazy
