@@ -404,11 +404,7 @@ pub fn attach_without_cupti() -> Result<(), String> {
 
 /// A stream's id from the driver (`cuStreamGetId`), when CUPTI is not loaded.
 fn driver_stream_id(_ctx: usize, stream: usize, per_thread: u8) -> u32 {
-    let handle = if stream == 0 && per_thread != 0 {
-        0x2
-    } else {
-        stream
-    };
+    let handle = crate::marks::stream_handle(stream as u64, per_thread != 0);
     let mut id = 0u64;
     let Some(get) = crate::driver::driver().stream_get_id else {
         return 0;

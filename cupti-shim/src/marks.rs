@@ -13,12 +13,13 @@
 //! Naming stays exact where marks bracket the stuck kernel alone: a stream whose launches come
 //! `us` µs apart or more is marked after every launch, and the first launch after an idle gap
 //! of `us` gets marks on both sides (the launch before the gap is marked first). Elsewhere the verdict lists
-//! the candidates (`FLAG_MARKED`, probe-user's `kernels`), never one guessed name.
+//! the candidates (`FLAG_MARKED`, probe-user's `journal::heads`), never one guessed name.
 //!
 //! A stream's last launch before it goes quiet would stay unproven (and age into a false
 //! wedge): the flush thread marks a stream whose latest launch is unmarked and 100 ms old and
 //! on which no launch is in progress (`idle_marks`; a launch waiting for room in a full queue
-//! means a mark would wait too, and the flush thread must keep publishing), from its own thread with the stream's context made current — never a stream
+//! means a mark would wait too, and the flush thread must keep publishing), from its own
+//! thread with the stream's context made current — never a stream
 //! or context whose destruction has started (CUPTI resource callbacks, under the slot's lock),
 //! never a per-thread default stream (that handle means the calling thread's own), and never
 //! the legacy default stream: an operation there synchronises with every blocking stream of
@@ -84,9 +85,9 @@ struct StreamState {
     /// The thread whose synchronize covering this stream returned, entered after the
     /// stream's latest launch (0: none since).
     synced_by: AtomicU32,
-    /// When a launch on the stream entered that has not returned (0: none): such a stream is
-    /// not idle, and an idle mark would wait with the launch for room in its full queue.
-    launching: AtomicU64,
+    /// A launch on the stream entered and has not returned: the stream is not idle, and an
+    /// idle mark would wait with the launch for room in its full queue.
+    launching: AtomicBool,
 }
 
 pub struct Marks {
@@ -244,7 +245,7 @@ impl Marks {
         let Some(s) = self.streams.get(slot as usize) else {
             return Pending::default();
         };
-        s.launching.store(now_ns.max(1), Relaxed);
+        s.launching.store(true, Relaxed);
         let last = s.last_corr.load(Relaxed);
         let gap = now_ns.saturating_sub(s.last_launch_ns.load(Relaxed));
         // The first launch after an idle gap gets a window of its own: marks on both sides.
@@ -342,7 +343,7 @@ impl Marks {
             // marks published just before the wedge named the kernel before the stuck one,
             // from a mark that had passed) and could not release.
             if last == 0
-                || s.launching.load(Relaxed) != 0
+                || s.launching.load(Relaxed)
                 || last <= s.last_marked.load(Relaxed)
                 || now_ns.saturating_sub(s.last_launch_ns.load(Relaxed)) < IDLE_NS
                 || ctx == 0
@@ -374,7 +375,7 @@ impl Marks {
         };
         if !ok {
             writer.launch_failed(correlation);
-            s.launching.store(0, Relaxed);
+            s.launching.store(false, Relaxed);
             return;
         }
         s.last_corr.store(correlation, Relaxed);
@@ -385,7 +386,7 @@ impl Marks {
             s.since_mark.fetch_add(1, Relaxed);
         }
         // Only now: the mark after the launch can wait for room in the queue too.
-        s.launching.store(0, Relaxed);
+        s.launching.store(false, Relaxed);
     }
 
     /// A graph launch: always marked (one mark per launch of ~hundreds of kernel nodes).

@@ -1,5 +1,5 @@
-//! The tick every long-running command shares — `watch` (and `run`, which wraps it), `trace`
-//! and the daemon: poll the collector, notice exits and shims that stopped, evaluate the
+//! The tick every command that watches shares — `report` (for its window), `watch` (and `run`,
+//! which wraps it), `trace` and the daemon: poll the collector, notice exits and shims that stopped, evaluate the
 //! verdict pipeline, keep the flight recorder and dump once per incident, find culprit ranks.
 //! Each tick yields typed `Event`s; the commands only decide how to show them (lines on
 //! stdout, structured logs, a trace file, metrics).
@@ -18,6 +18,10 @@ use crate::{
     },
     verdict::{Evaluation, Pipeline, VerdictKind, job::Culprit},
 };
+
+/// How often `report`, `watch`, `run` and `trace` tick: a crossing is printed within ~50 ms of
+/// it (the daemon ticks at its `tick` setting).
+pub const TICK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Something that happened this tick.
 #[derive(Debug)]
@@ -174,25 +178,21 @@ impl Engine {
         };
         self.crossings(&all, &mut events);
         let trace = self.record(&all, &each, now_ns, &mut events);
+        // Culprits now; an event for each that was not one last tick.
+        let mut culprits = HashSet::new();
         for j in &all.jobs {
             if let Some(c) = &j.culprit {
                 let key = (j.job.clone(), c.rank, c.pid, c.kernel.clone());
-                if self.culprits.insert(key) {
+                if !self.culprits.contains(&key) {
                     events.push(Event::Culprit {
                         job: j.job.clone(),
                         culprit: c.clone(),
                     });
                 }
+                culprits.insert(key);
             }
         }
-        self.culprits.retain(|(job, rank, pid, kernel)| {
-            all.jobs.iter().any(|j| {
-                j.job == *job
-                    && j.culprit
-                        .as_ref()
-                        .is_some_and(|c| c.rank == *rank && c.pid == *pid && c.kernel == *kernel)
-            })
-        });
+        self.culprits = culprits;
         if all.verdict.kind != self.last_kind {
             self.last_kind = all.verdict.kind;
             events.push(Event::Verdict(all.verdict.clone()));

@@ -54,33 +54,16 @@ pub enum ProbeError {
         source: anyhow::Error,
     },
     /// Anything else that failed while attaching or reading (exit 1), with its cause chain.
-    #[error("{context}")]
-    Internal {
-        context: String,
-        #[source]
-        source: anyhow::Error,
-    },
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
 }
 
-/// A failure with no user-facing kind of its own: internal (exit 1), its chain kept.
-impl From<anyhow::Error> for ProbeError {
-    fn from(e: anyhow::Error) -> Self {
-        Self::Internal {
-            context: e.to_string(),
-            source: e,
-        }
-    }
-}
-
-/// `e` and its causes, as one line: `outer: inner: innermost` (each message once).
+/// `e` and its causes, as one line: `outer: inner: innermost`.
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut parts: Vec<String> = vec![e.to_string()];
     let mut cur = e.source();
     while let Some(c) = cur {
-        let m = c.to_string();
-        if parts.last().is_none_or(|l| *l != m) {
-            parts.push(m);
-        }
+        parts.push(c.to_string());
         cur = c.source();
     }
     parts.join(": ")
@@ -97,7 +80,7 @@ impl ProbeError {
             Self::NoJournal { .. } => exit::NO_JOURNAL,
             Self::Config(_) => exit::USAGE,
             Self::Refused { .. } => exit::PRIVILEGE,
-            Self::Internal { .. } => exit::ERROR,
+            Self::Other(_) => exit::ERROR,
         }
     }
 }

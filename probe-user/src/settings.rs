@@ -56,9 +56,14 @@ pub struct Settings {
     pub collectives: Vec<String>,
 }
 
+/// A default duration (one of `defaults`; every one parses: `tests::the_defaults_parse`).
+pub fn default_duration(s: &str) -> Duration {
+    parse_duration(s).unwrap_or(Duration::from_secs(1))
+}
+
 impl Default for Settings {
     fn default() -> Self {
-        let d = |s: &str| parse_duration(s).unwrap_or(Duration::from_secs(1));
+        let d = default_duration;
         Self::new(
             d(defaults::BLOCKED_AFTER),
             d(defaults::KERNEL_FLOOR),

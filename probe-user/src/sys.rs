@@ -63,14 +63,6 @@ impl Mapping {
     pub fn as_ptr(&self) -> *mut u8 {
         self.base.cast()
     }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for Mapping {

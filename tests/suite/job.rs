@@ -111,43 +111,49 @@ fn watch_prints_the_culprit() {
     assert_eq!(culprit["culprit"]["rank"], 2, "{culprit}");
 }
 
-#[test]
-fn ranks_spinning_on_the_host_with_no_kernel_are_a_host_stall_with_their_stacks() {
-    require_root!();
+/// Two ranks with the shim spinning in `wait_for_peers_ready` (after one kernel each), and a
+/// report of both taken `wait_s` after they started with `args` added.
+fn spinning_pair_report(wait_s: f64, args: &[&str]) -> (Vec<Worker>, serde_json::Value) {
     let shim = shim_path();
     let w: Vec<Worker> = (0..2)
         .map(|_| Worker::spawn(&["spin", "20"], &[("CUDA_INJECTION64_PATH", &shim)]))
         .collect();
-    sleep(secs(0.5));
-    let r = report_json(&[
-        "--pid",
-        &w[0].pid_arg(),
-        "--pid",
-        &w[1].pid_arg(),
-        "--window",
-        "5s",
-        "--stall-after",
-        "2s",
-    ]);
+    sleep(secs(wait_s));
+    let (a, b) = (w[0].pid_arg(), w[1].pid_arg());
+    let mut all = vec!["--pid", &a, "--pid", &b];
+    all.extend_from_slice(args);
+    let r = report_json(&all);
+    (w, r)
+}
+
+/// The spinning function is among the top frames of the thread's native stack.
+fn assert_spins_in_wait_for_peers(t: &serde_json::Value) {
+    let stack: Vec<&str> = t["native_stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(
+        stack
+            .iter()
+            .take(3)
+            .any(|f| f.contains("wait_for_peers_ready")),
+        "the spinning function is on top: {stack:?}"
+    );
+}
+
+#[test]
+fn ranks_spinning_on_the_host_with_no_kernel_are_a_host_stall_with_their_stacks() {
+    require_root!();
+    let (_w, r) = spinning_pair_report(0.5, &["--window", "5s", "--stall-after", "2s"]);
     assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
     let stalls = r["host_stalls"].as_array().unwrap();
     assert_eq!(stalls.len(), 2, "{stalls:?}");
     for s in stalls {
         let t = &s["threads"][0];
         assert!(t["cpu_pct"].as_f64().unwrap() >= 80.0, "{t}");
-        let stack: Vec<&str> = t["native_stack"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|f| f.as_str())
-            .collect();
-        assert!(
-            stack
-                .iter()
-                .take(3)
-                .any(|f| f.contains("wait_for_peers_ready")),
-            "the spinning function is on top: {stack:?}"
-        );
+        assert_spins_in_wait_for_peers(t);
     }
 }
 
@@ -158,19 +164,7 @@ fn ranks_spinning_on_the_host_with_no_kernel_are_a_host_stall_with_their_stacks(
 #[test]
 fn a_host_stall_that_began_before_attach_is_found_in_the_first_window() {
     require_root!();
-    let shim = shim_path();
-    let w: Vec<Worker> = (0..2)
-        .map(|_| Worker::spawn(&["spin", "20"], &[("CUDA_INJECTION64_PATH", &shim)]))
-        .collect();
-    sleep(secs(3.5));
-    let r = report_json(&[
-        "--pid",
-        &w[0].pid_arg(),
-        "--pid",
-        &w[1].pid_arg(),
-        "--stall-after",
-        "2s",
-    ]);
+    let (_w, r) = spinning_pair_report(3.5, &["--stall-after", "2s"]);
     assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
     let stalls = r["host_stalls"].as_array().unwrap();
     assert_eq!(stalls.len(), 2, "{stalls:?}");
@@ -179,15 +173,7 @@ fn a_host_stall_that_began_before_attach_is_found_in_the_first_window() {
         assert!(s["no_gpu_progress_ms"].as_f64().unwrap() >= 2000.0, "{s}");
         let t = &s["threads"][0];
         assert!(t["busy_ms"].as_f64().unwrap() >= 2000.0, "{t}");
-        assert!(
-            t["native_stack"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .take(3)
-                .any(|f| f.as_str().unwrap_or("").contains("wait_for_peers_ready")),
-            "{t}"
-        );
+        assert_spins_in_wait_for_peers(t);
     }
 }
 

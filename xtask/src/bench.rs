@@ -184,22 +184,31 @@ fn shim_sides(launches: u64, rounds: u32) -> anyhow::Result<()> {
     let wedgeprobe = build_wedgeprobe(true)?;
     let shim = wedgeprobe.with_file_name("libcupti_shim.so");
     let shim = shim.to_str().context("shim path is not UTF-8")?;
-    let sides: [(&str, &[(&str, &str)]); 3] = [
-        ("no shim", &[]),
-        ("shim, launch hooks", &[("CUDA_INJECTION64_PATH", shim)]),
+    // WEDGEPROBE_SHIM_BASELINE=PATH: another shim build (e.g. before a change) as a fourth
+    // side, in the same interleaved rounds.
+    let baseline = std::env::var("WEDGEPROBE_SHIM_BASELINE").ok();
+    let mut sides: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("no shim", vec![]),
+        ("shim, launch hooks", vec![("CUDA_INJECTION64_PATH", shim)]),
         (
             "shim, driver callbacks",
-            &[
+            vec![
                 ("CUDA_INJECTION64_PATH", shim),
                 ("WEDGEPROBE_SHIM_HOOKS", "off"),
             ],
         ),
     ];
+    if let Some(b) = &baseline {
+        sides.push((
+            "baseline shim, launch hooks",
+            vec![("CUDA_INJECTION64_PATH", b.as_str())],
+        ));
+    }
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     for round in 0..rounds as usize {
         for k in 0..sides.len() {
             let i = (k + round) % sides.len();
-            let (name, env) = sides[i];
+            let (name, env) = &sides[i];
             let mut cmd = Command::new(wp_tests::simworker());
             cmd.args(["bench", &launches.to_string()])
                 .stdout(Stdio::piped())

@@ -185,11 +185,16 @@ impl Collector {
         }
         let code = TargetCode::new(&target, &attached.lib);
         self.model.add_process(target, code, sys::monotonic_ns());
+        self.journal_known(pid);
+        Ok(attached)
+    }
+
+    /// Tells the model that `pid`'s journal (if one was opened) dates its GPU work.
+    fn journal_known(&mut self, pid: u32) {
         if let Some((j, _)) = self.journals.get(&pid) {
             self.model
                 .journal_opened(pid, j.view().header().created_mono_ns);
         }
-        Ok(attached)
     }
 
     /// Opens a target's shim journal; a rejected one is reported, and eBPF carries on alone.
@@ -582,10 +587,7 @@ impl Collector {
                 && let Some(m) = crate::process::target::find_journal(pid)
             {
                 self.open_journal(pid, &m.path);
-                if let Some((j, _)) = self.journals.get(&pid) {
-                    self.model
-                        .journal_opened(pid, j.view().header().created_mono_ns);
-                }
+                self.journal_known(pid);
             }
             let Some(p) = self.model.procs.get_mut(&pid) else {
                 continue;

@@ -272,22 +272,16 @@ impl Probe {
     /// closing them from parallel threads measured the same). Callers print their output
     /// before detaching.
     pub fn detach(&mut self, pid: u32) {
-        self.stop_recording(pid);
+        if let Some(map) = self.ebpf.map_mut(maps::TARGETS)
+            && let Ok(mut targets) = BpfHashMap::<_, u32, u32>::try_from(map)
+        {
+            let _ = targets.remove(&pid);
+        }
         for (name, link) in self.links.remove(&pid).unwrap_or_default() {
             if let Some(Ok(prog)) = self.ebpf.program_mut(name).map(<&mut UProbe>::try_from) {
                 // Detaching fails only if the link is already gone: nothing to do then.
                 let _ = prog.detach(link);
             }
-        }
-    }
-
-    /// `pid` leaves `WP_TARGETS`: the node-wide programs stop recording it at once (its
-    /// uprobes stay until `detach` or the process's exit closes them).
-    pub fn stop_recording(&mut self, pid: u32) {
-        if let Some(map) = self.ebpf.map_mut(maps::TARGETS)
-            && let Ok(mut targets) = BpfHashMap::<_, u32, u32>::try_from(map)
-        {
-            let _ = targets.remove(&pid);
         }
     }
 
@@ -360,9 +354,6 @@ fn privilege_or(e: anyhow::Error, what: &str) -> ProbeError {
             source: e,
         }
     } else {
-        ProbeError::Internal {
-            context: what.to_string(),
-            source: e,
-        }
+        ProbeError::Other(e.context(what.to_string()))
     }
 }

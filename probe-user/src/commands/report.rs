@@ -4,38 +4,53 @@
 use std::{io::Write, time::Duration};
 
 use crate::{
-    cli::ReportArgs, collect::session::Session, commands::Error, output::report::Report, signals,
-    sys, verdict::Pipeline,
+    cli::ReportArgs,
+    collect::session::Session,
+    commands::Error,
+    engine::{Engine, EngineOptions, TICK},
+    output::report::Report,
+    signals, sys,
+    verdict::Pipeline,
 };
 
 pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     if args.window > Duration::from_secs(60) {
-        return Err(crate::commands::Error::Internal(anyhow::anyhow!(
+        return Err(Error::Internal(anyhow::anyhow!(
             "--window is at most 60s (a report is a snapshot; use `watch` to observe longer)"
         )));
     }
     let settings = args.targets.settings.settings();
-    let mut session = Session::attach(&args.targets.pids, !args.no_launch_returns)?;
+    let blocked_after_ms = settings.blocked_after_ms();
+    let session = Session::attach(&args.targets.pids, !args.no_launch_returns)?;
     signals::install();
     let start = sys::monotonic_ns();
+    let mut engine = Engine::new(
+        session.collector,
+        session.facts,
+        Pipeline::new(settings),
+        EngineOptions {
+            flight: None,
+            record_trace: false,
+            per_process: false,
+            launch_returns: !args.no_launch_returns,
+        },
+        start,
+    );
+    // The engine's ticks for the window; the report is the last tick's evaluation.
     let window = args.window.as_nanos() as u64;
-    loop {
-        let now = sys::monotonic_ns();
-        session.collector.poll(now);
-        if now - start >= window || signals::stop_requested() {
-            break;
+    let tick = loop {
+        let tick = engine.tick(sys::monotonic_ns());
+        if tick.now_ns - start >= window || signals::stop_requested() {
+            break tick;
         }
-        std::thread::sleep(Duration::from_millis(50).min(Duration::from_nanos(window)));
-    }
-    let now = sys::monotonic_ns();
-    let blocked_after_ms = settings.blocked_after_ms();
-    let ev = Pipeline::new(settings).evaluate(&session.collector.model, now);
+        std::thread::sleep(TICK.min(args.window));
+    };
     let report = Report::build(
-        &session.collector.model,
-        &session.facts,
-        &ev,
-        now,
-        (now - start) as f64 / 1e6,
+        &engine.collector.model,
+        &engine.facts,
+        &tick.all,
+        tick.now_ns,
+        (tick.now_ns - start) as f64 / 1e6,
         blocked_after_ms,
         !args.no_launch_returns,
     );
@@ -48,6 +63,6 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     out.flush()?;
     // Detaching takes seconds (see Probe::detach): let a pipeline reading us finish first.
     sys::close_stdout();
-    session.collector.detach_all();
+    engine.detach_all();
     Ok(())
 }

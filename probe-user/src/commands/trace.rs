@@ -3,20 +3,19 @@
 //! to disk through a 1 s reordering window, never held whole in memory; at the end, what is
 //! still running (the stuck kernel, blocked calls) is written as open slices.
 
-use std::{io::Write, time::Duration};
+use std::io::Write;
 
 use crate::{
     cli::TraceArgs,
     collect::session::Session,
     commands::Error,
-    engine::{Engine, EngineOptions},
+    engine::{Engine, EngineOptions, TICK},
     model::event::open_now,
     output::trace::chrome::{self, ChromeTrace, Sorter, TraceError},
     signals, sys,
     verdict::Pipeline,
 };
 
-const TICK: Duration = Duration::from_millis(50);
 /// Completions reach the journal up to ~0.5 s late (CUPTI's buffers; the forced flush);
 /// events are held this long so each track is written in time order.
 const REORDER_NS: u64 = 1_000_000_000;

@@ -10,15 +10,13 @@ use crate::{
     cli::WatchArgs,
     collect::session::Session,
     commands::Error,
-    engine::{Engine, EngineOptions, Event},
+    engine::{Engine, EngineOptions, Event, TICK},
     model::ThreadView,
     output::trace::flight::{Dump, FlightConfig},
     settings::Settings,
     signals, sys,
     verdict::{Pipeline, describe::fmt_duration},
 };
-
-const TICK: Duration = Duration::from_millis(50);
 
 /// What `watch` (and `run`) is asked to do beyond the settings.
 pub struct WatchOptions {

@@ -133,6 +133,34 @@ impl StreamHead {
     }
 }
 
+#[cfg(test)]
+impl StreamHead {
+    /// An exact, unjudged head of `pid`'s one stream (the verdict's unit tests).
+    pub fn for_test(pid: u32, kernel: &str, running_ms: f64) -> Self {
+        StreamHead {
+            pid,
+            device: 0,
+            stream: "0x1".into(),
+            stream_id: 1,
+            kernel: kernel.into(),
+            kernel_demangled: None,
+            correlation: 1,
+            grid: [1; 3],
+            block: [1; 3],
+            cluster: [1; 3],
+            tid: pid,
+            launched_ms_ago: running_ms,
+            running_ms,
+            queued_behind: 0,
+            graph: None,
+            exact: true,
+            candidates: Vec::new(),
+            candidates_total: 0,
+            judgement: None,
+        }
+    }
+}
+
 /// A C++ mangled kernel name demangled; `None` for names that are not (Triton's, C's).
 pub fn demangle(name: &str) -> Option<String> {
     if !name.starts_with("_Z") {

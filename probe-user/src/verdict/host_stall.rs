@@ -21,16 +21,23 @@ use serde::Serialize;
 
 use crate::{model::Model, process::stackscan};
 
+/// Where a stall's `no_gpu_progress_ms` counts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuEvidence {
+    /// The shim's journal: every launch, completion and synchronize, before attach included.
+    Journal,
+    /// No journal: attach; the GPU work before it is not known.
+    Attach,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct HostStall {
     pub pid: u32,
     pub comm: String,
     /// Since the last sign of GPU work (without a journal: since attach at most).
     pub no_gpu_progress_ms: f64,
-    /// Where `no_gpu_progress_ms` counts from: `journal` (the shim's record of every launch,
-    /// completion and synchronize, before attach included) or `attach` (no journal: the GPU
-    /// work before attach is not known).
-    pub gpu_evidence: &'static str,
+    pub gpu_evidence: GpuEvidence,
     pub threads: Vec<SpinningThread>,
 }
 
@@ -121,9 +128,9 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
                 comm: p.target.comm.clone(),
                 no_gpu_progress_ms: now_ns.saturating_sub(p.last_progress_ns) as f64 / 1e6,
                 gpu_evidence: if p.progress_known_before_attach {
-                    "journal"
+                    GpuEvidence::Journal
                 } else {
-                    "attach"
+                    GpuEvidence::Attach
                 },
                 threads,
             });
@@ -191,7 +198,7 @@ pub fn describe(s: &HostStall) -> String {
             )
         })
         .collect();
-    let gpu = if s.gpu_evidence == "journal" {
+    let gpu = if s.gpu_evidence == GpuEvidence::Journal {
         format!(
             "has had no GPU work for {:.0} s and no kernel in flight",
             s.no_gpu_progress_ms / 1e3

@@ -285,29 +285,12 @@ mod tests {
 
     fn head(pid: u32, kernel: &str, running_ms: f64, collective: bool) -> StreamHead {
         StreamHead {
-            pid,
-            device: 0,
-            stream: "0x1".into(),
-            stream_id: 1,
-            kernel: kernel.into(),
-            kernel_demangled: None,
-            correlation: 1,
-            grid: [1; 3],
-            block: [1; 3],
-            cluster: [1; 3],
-            tid: pid,
-            launched_ms_ago: running_ms,
-            running_ms,
-            queued_behind: 0,
-            graph: None,
-            exact: true,
-            candidates: Vec::new(),
-            candidates_total: 0,
             judgement: Some(KernelJudgement {
                 state: KernelState::Stuck,
                 bound_ms: 5_000.0,
                 collective,
             }),
+            ..StreamHead::for_test(pid, kernel, running_ms)
         }
     }
 

@@ -255,27 +255,7 @@ mod tests {
     }
 
     fn head(name: &str, running_ms: f64) -> StreamHead {
-        StreamHead {
-            pid: 1,
-            device: 0,
-            stream: "0x10".into(),
-            stream_id: 7,
-            kernel: name.into(),
-            kernel_demangled: None,
-            correlation: 1,
-            grid: [1; 3],
-            block: [1; 3],
-            cluster: [1; 3],
-            tid: 1,
-            launched_ms_ago: running_ms,
-            running_ms,
-            queued_behind: 0,
-            graph: None,
-            exact: true,
-            candidates: Vec::new(),
-            candidates_total: 0,
-            judgement: None,
-        }
+        StreamHead::for_test(1, name, running_ms)
     }
 
     fn blocked_thread() -> ThreadView {

@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use serde::Deserialize;
 
-use crate::settings::{Settings, defaults, parse_duration};
+use crate::settings::{Settings, default_duration, defaults, parse_duration};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -31,7 +31,7 @@ pub struct Config {
 impl Default for Config {
     /// `settings::defaults`, the one place defaults are defined.
     fn default() -> Self {
-        let dur = |s: &str| parse_duration(s).unwrap_or(Duration::from_secs(1));
+        let dur = default_duration;
         Self {
             listen: defaults::DAEMON_LISTEN
                 .parse()

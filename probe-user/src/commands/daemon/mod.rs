@@ -40,23 +40,33 @@ const MAX_RECORDS_PER_TICK: u64 = 1024;
 /// In-flight tables are scanned this often (see `run`).
 const HEADS_EVERY_NS: u64 = 1_000_000_000;
 
-/// Structured log lines on stderr: text, or one JSON object per line.
+/// Structured log lines on stderr: text, or one JSON object per line. Lines are queued and
+/// written by `flush` once the tick's metrics are published, so what a line says (a verdict,
+/// a rejected configuration, a dump) is already on /metrics when someone reads it.
 struct Log {
     json: bool,
+    pending: Vec<String>,
 }
 
 impl Log {
-    fn event(&self, event: &str, fields: serde_json::Value, text: String) {
+    fn event(&mut self, event: &str, fields: serde_json::Value, text: String) {
         let ts = crate::output::trace::flight::utc_stamp(sys::realtime_ns());
-        let mut err = std::io::stderr().lock();
-        if self.json {
+        let line = if self.json {
             let mut v = json!({"ts": ts, "event": event});
             if let (Some(o), Some(f)) = (v.as_object_mut(), fields.as_object()) {
                 o.extend(f.clone());
             }
-            let _ = writeln!(err, "{v}");
+            v.to_string()
         } else {
-            let _ = writeln!(err, "{ts} wedgeprobe daemon: {text}");
+            format!("{ts} wedgeprobe daemon: {text}")
+        };
+        self.pending.push(line);
+    }
+
+    fn flush(&mut self) {
+        let mut err = std::io::stderr().lock();
+        for line in self.pending.drain(..) {
+            let _ = writeln!(err, "{line}");
         }
     }
 }
@@ -64,8 +74,9 @@ impl Log {
 pub fn run(args: &DaemonArgs) -> Result<(), Error> {
     let cfg =
         config::load(args.config.as_deref()).map_err(|e| ProbeError::Config(e.to_string()))?;
-    let log = Log {
+    let mut log = Log {
         json: cfg.json_logs,
+        pending: Vec::new(),
     };
     let snapshot = Arc::new(Mutex::new(Snapshot::default()));
     let bound = crate::output::metrics::http::serve(cfg.listen, snapshot.clone())?;
@@ -89,6 +100,7 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
             cfg.dump_dir.display()
         ),
     );
+    log.flush();
     let engine = Engine::new(
         collector,
         HashMap::new(),
@@ -126,6 +138,7 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
         let tick = d.engine.tick(now);
         d.handle(&tick);
         d.publish(&tick);
+        d.log.flush();
         if let Some(debug) = &mut d.debug {
             debug.add(t0.elapsed(), &mut d.engine.collector);
         }
@@ -134,6 +147,7 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
     d.engine.detach_all();
     d.log
         .event("stopped", json!({}), "stopped; detached".into());
+    d.log.flush();
     Ok(())
 }
 
@@ -170,8 +184,6 @@ impl Daemon {
                     ..new
                 };
                 self.snap.config_reloads_total += 1;
-                self.snap.blocked_after_seconds = self.cfg.blocked_after.as_secs_f64();
-                self.share_config_counters();
                 self.log.event(
                     "config_reloaded",
                     json!({"config": path}),
@@ -180,7 +192,6 @@ impl Daemon {
             }
             Err(e) => {
                 self.snap.config_errors_total += 1;
-                self.share_config_counters();
                 self.log.event(
                     "config_rejected",
                     json!({"error": e.to_string()}),
@@ -312,16 +323,6 @@ impl Daemon {
                 // logs per process.
                 Event::Verdict(_) | Event::Blocked(_) | Event::Unblocked(_) => {}
             }
-        }
-    }
-
-    /// A reload's outcome is served at once, before it is logged: a scrape that follows the
-    /// log line sees it (not only after the next tick).
-    fn share_config_counters(&self) {
-        if let Ok(mut s) = self.shared.lock() {
-            s.config_reloads_total = self.snap.config_reloads_total;
-            s.config_errors_total = self.snap.config_errors_total;
-            s.blocked_after_seconds = self.snap.blocked_after_seconds;
         }
     }
 

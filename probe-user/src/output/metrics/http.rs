@@ -12,7 +12,8 @@ use std::{
 use super::{Snapshot, encode, exposition};
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr}: {source} (set `listen` in the config, or stop what holds it)")]
+// The io error is the source, printed after this by the error chain (main).
+#[error("cannot listen on {addr} (set `listen` in the config, or stop what holds it)")]
 pub struct ListenError {
     pub addr: SocketAddr,
     pub source: std::io::Error,

@@ -41,10 +41,11 @@ const MAX_PENDING_FLOWS: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot create {path}: {source}")]
+    // The io error is the source, printed after these by the error chain (main).
+    #[error("cannot create {path}")]
     Create { path: PathBuf, source: io::Error },
     #[error(
-        "writing {path} failed after {events} events: {source} (the file was cut back to the last whole chunk and still loads)"
+        "writing {path} failed after {events} events (the file was cut back to the last whole chunk and still loads)"
     )]
     Write {
         path: PathBuf,
