@@ -664,6 +664,28 @@ impl Model {
             .collect()
     }
 
+    /// Finished calls per entry point that has any (report and daemon alike).
+    pub fn finished_calls(&self) -> impl Iterator<Item = (&'static str, &ApiLatency)> {
+        self.latency
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.ns.is_empty())
+            .map(|(id, l)| (api_name(id as u32), l))
+    }
+
+    /// What the eBPF side could not record, by reason, and journal-ring records that did not
+    /// decode (report and daemon alike; the reserved counter slots are left out).
+    pub fn losses(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        let mut lost: std::collections::BTreeMap<&'static str, u64> = probe_common::counters::NAMES
+            .iter()
+            .zip(self.lost)
+            .filter(|(n, _)| !n.starts_with("reserved"))
+            .map(|(n, v)| (*n, v))
+            .collect();
+        lost.insert("undecodable_records", self.bad_records);
+        lost
+    }
+
     /// Every thread inside a driver call right now, longest first.
     pub fn threads_in_calls(&self, now_ns: u64, blocked_after_ns: u64) -> Vec<ThreadView> {
         let mut out = Vec::new();

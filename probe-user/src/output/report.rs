@@ -3,7 +3,6 @@
 
 use std::io::Write;
 
-use probe_common::{api, counters};
 use serde::Serialize;
 
 use crate::{
@@ -151,12 +150,9 @@ impl Report {
             .collect();
         let us = |ns: u64| ns as f64 / 1e3;
         let latency = model
-            .latency
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| !l.ns.is_empty())
-            .map(|(id, l)| LatencyReport {
-                api: api::name(id as u32),
+            .finished_calls()
+            .map(|(api, l)| LatencyReport {
+                api,
                 count: l.ns.len(),
                 errors: l.errors,
                 p50_us: us(l.ns.value_at_quantile(0.5)),
@@ -165,13 +161,7 @@ impl Report {
                 max_us: us(l.ns.max()),
             })
             .collect();
-        let mut lost: std::collections::BTreeMap<&'static str, u64> = counters::NAMES
-            .iter()
-            .zip(model.lost)
-            .filter(|(n, _)| !n.starts_with("reserved"))
-            .map(|(n, v)| (*n, v))
-            .collect();
-        lost.insert("undecodable_records", model.bad_records);
+        let lost = model.losses();
         Self {
             wedgeprobe_version: env!("CARGO_PKG_VERSION"),
             mode: if with_journal {

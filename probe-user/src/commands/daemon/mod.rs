@@ -24,7 +24,6 @@ use crate::{
     commands::Error,
     engine::{Engine, EngineOptions, Event, Tick},
     error::ProbeError,
-    model::api_name,
     output::{
         metrics::{self, Hist, ProcessMetrics, Snapshot, StreamMetrics, bounded_label},
         report::TargetFacts,
@@ -366,17 +365,10 @@ impl Daemon {
             .collect();
         snap.latency = collector
             .model
-            .latency
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| !l.ns.is_empty())
-            .map(|(i, l)| (api_name(i as u32), Hist::from_hdr(&l.ns)))
+            .finished_calls()
+            .map(|(api, l)| (api, Hist::from_hdr(&l.ns)))
             .collect();
-        snap.ebpf_lost = probe_common::counters::NAMES
-            .iter()
-            .zip(collector.model.lost)
-            .map(|(n, v)| (*n, v))
-            .collect();
+        snap.ebpf_lost = collector.model.losses().into_iter().collect();
         snap.dump_failures_total = self.engine.flight().map_or(0, |f| f.dumps_failed);
         snap.blocked_after_seconds = self.cfg.blocked_after.as_secs_f64();
         (snap.cpu_seconds, snap.rss_bytes) = metrics::own_usage();

@@ -353,7 +353,7 @@ fn verdicts_and_losses(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
     counter(
         e,
         "wedgeprobe_ebpf_lost",
-        "Events the eBPF side could not record, by reason.",
+        "What was not recorded, by reason: the eBPF side's losses and undecodable journal records.",
         &s.ebpf_lost
             .iter()
             .map(|(k, v)| (vec![("reason", k.to_string())], *v))
