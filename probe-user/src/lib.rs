@@ -14,7 +14,7 @@
 //! - `output/` — the report, Chrome traces and the flight recorder, Prometheus metrics;
 //! - `engine` — the tick every long-running command shares;
 //! - `commands/` — one file per subcommand, thin; `cli` the flags, `settings` the values
-//!   they set and every default.
+//!   they set and every default; `timings` the phase lines of `WEDGEPROBE_TIMINGS=1`.
 
 pub mod cli;
 pub mod collect;
@@ -28,4 +28,5 @@ pub mod process;
 pub mod settings;
 pub mod signals;
 pub mod sys;
+pub mod timings;
 pub mod verdict;

@@ -1,14 +1,16 @@
 //! `cargo xtask bench answer`: time to first answer on the simulated driver (issue 13, item
 //! 4). A worker with the shim wedges 1 s in and stays wedged (the 3 a.m. case: wedgeprobe
 //! arrives after the wedge); per round, interleaved:
-//! - `report`: wall time of `wedgeprobe report --pid P` (the window is 1 s), as a shell sees it;
+//! - `report`: wall time of `wedgeprobe report --pid P` (the window is 1 s) until its answer is
+//!   out (stdout closed) and until it exits, as a shell sees it (`WEDGEPROBE_TIMINGS=1` shows
+//!   its phases);
 //! - `watch`: from starting `wedgeprobe watch --json --pid P` to its first `blocked` line.
 //!
 //! The daemon's first answer is its scan interval plus one tick (2 s + 250 ms by default)
 //! and is not timed here.
 
 use std::{
-    io::{BufRead as _, BufReader},
+    io::{BufRead as _, BufReader, Read as _},
     process::{Command, Stdio},
     thread::sleep,
     time::{Duration, Instant},
@@ -35,16 +37,27 @@ pub fn run(rounds: u32) -> anyhow::Result<()> {
     let pid = worker.id().to_string();
     // Past the kernel floor (5 s): the report names a wedge, not a busy kernel.
     sleep(Duration::from_secs(7));
-    let result = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
-        let (mut report, mut watch) = (Vec::new(), Vec::new());
+    let result = (|| -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+        let (mut report, mut report_answer, mut watch) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
+            // The answer is out when report closes its stdout (before it detaches); the
+            // shell's prompt comes back when it exits.
             let t = Instant::now();
-            let out = Command::new(&wedgeprobe)
+            let mut child = Command::new(&wedgeprobe)
                 .args(["report", "--pid", &pid])
-                .stderr(Stdio::null())
-                .output()?;
+                .stdout(Stdio::piped())
+                .stderr(stderr())
+                .spawn()?;
+            let mut text = String::new();
+            child
+                .stdout
+                .take()
+                .context("report's stdout")?
+                .read_to_string(&mut text)?;
+            report_answer.push(t.elapsed().as_secs_f64());
+            child.wait()?;
             report.push(t.elapsed().as_secs_f64());
-            if !String::from_utf8_lossy(&out.stdout).contains("verdict: kernel_wedge") {
+            if !text.contains("verdict: kernel_wedge") {
                 bail!("report did not name the wedge");
             }
             // The last command's links take seconds to close; do not time the next one
@@ -69,18 +82,23 @@ pub fn run(rounds: u32) -> anyhow::Result<()> {
             }
             sleep(Duration::from_secs(5));
         }
-        Ok((report, watch))
+        Ok((report, report_answer, watch))
     })();
     let _ = worker.kill();
     let _ = worker.wait();
-    let (mut report, mut watch) = result?;
+    let (mut report, mut report_answer, mut watch) = result?;
     report.sort_by(f64::total_cmp);
+    report_answer.sort_by(f64::total_cmp);
     watch.sort_by(f64::total_cmp);
     let med = |v: &[f64]| v[v.len() / 2];
     println!("| command | rounds | median s | min s | max s |");
     println!("|---|---|---|---|---|");
     for (name, v) in [
-        ("report (window 1 s)", &report),
+        (
+            "report (window 1 s): the answer out (stdout closed)",
+            &report_answer,
+        ),
+        ("report (window 1 s): exited", &report),
         ("watch, first blocked line", &watch),
     ] {
         println!(
@@ -92,4 +110,13 @@ pub fn run(rounds: u32) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// report's phase lines pass through when `WEDGEPROBE_TIMINGS` is set.
+fn stderr() -> Stdio {
+    if std::env::var_os("WEDGEPROBE_TIMINGS").is_some() {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    }
 }

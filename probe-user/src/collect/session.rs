@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use crate::{
     collect::collector::Collector, collect::probe::Probe, error::ProbeError,
-    output::report::TargetFacts, process::target::Target,
+    output::report::TargetFacts, process::target::Target, timings::Phases,
 };
 
 pub struct Session {
@@ -15,7 +15,11 @@ pub struct Session {
 impl Session {
     /// Validates every PID before loading anything, so bad input fails fast with its own
     /// message and exit code.
-    pub fn attach(pids: &[u32], launch_returns: bool) -> Result<Self, ProbeError> {
+    pub fn attach(
+        pids: &[u32],
+        launch_returns: bool,
+        phases: &mut Phases,
+    ) -> Result<Self, ProbeError> {
         let mut targets = Vec::new();
         for &pid in pids {
             if targets.iter().any(|t: &Target| t.pid == pid) {
@@ -23,7 +27,9 @@ impl Session {
             }
             targets.push(Target::open(pid)?);
         }
+        phases.done("open targets (/proc, libcuda's symbols)");
         let mut collector = Collector::new(Probe::load()?)?;
+        phases.done("load the eBPF programs");
         let mut facts = HashMap::new();
         for target in targets {
             let pid = target.pid;
@@ -39,6 +45,7 @@ impl Session {
                     missing: attached.lib.missing,
                 },
             );
+            phases.done(&format!("attach to pid {pid}"));
         }
         Ok(Self { collector, facts })
     }

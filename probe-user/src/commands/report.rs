@@ -10,6 +10,7 @@ use crate::{
     engine::{Engine, EngineOptions, TICK},
     output::report::Report,
     signals, sys,
+    timings::Phases,
     verdict::Pipeline,
 };
 
@@ -21,7 +22,8 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     }
     let settings = args.targets.settings.settings();
     let blocked_after_ms = settings.blocked_after_ms();
-    let session = Session::attach(&args.targets.pids, !args.no_launch_returns)?;
+    let mut phases = Phases::from_env();
+    let session = Session::attach(&args.targets.pids, !args.no_launch_returns, &mut phases)?;
     signals::install();
     let start = sys::monotonic_ns();
     let mut engine = Engine::new(
@@ -38,13 +40,18 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     );
     // The engine's ticks for the window; the report is the last tick's evaluation.
     let window = args.window.as_nanos() as u64;
+    let mut first = true;
     let tick = loop {
         let tick = engine.tick(sys::monotonic_ns());
+        if std::mem::take(&mut first) {
+            phases.done("first tick (probes read, stacks scanned)");
+        }
         if tick.now_ns - start >= window || signals::stop_requested() {
             break tick;
         }
         std::thread::sleep(TICK.min(args.window));
     };
+    phases.done("the rest of the window");
     let report = Report::build(
         &engine.collector.model,
         &engine.facts,
@@ -54,6 +61,7 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
         blocked_after_ms,
         !args.no_launch_returns,
     );
+    phases.done("build the report (stacks symbolized, Python stacks read)");
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &report)?;
         writeln!(out)?;
@@ -63,6 +71,8 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     out.flush()?;
     // Detaching takes seconds (see Probe::detach): let a pipeline reading us finish first.
     sys::close_stdout();
+    phases.done("write the report (stdout closed: the answer is out)");
     engine.detach_all();
+    phases.done("detach (uprobe links closed)");
     Ok(())
 }

@@ -24,7 +24,11 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
     // The output first: an unwritable path fails before anything is attached.
     let mut trace = ChromeTrace::create(&args.output, sys::monotonic_ns(), sys::realtime_ns())?;
     let settings = args.targets.settings.settings();
-    let session = match Session::attach(&args.targets.pids, false) {
+    let session = match Session::attach(
+        &args.targets.pids,
+        false,
+        &mut crate::timings::Phases::from_env(),
+    ) {
         Ok(s) => s,
         Err(e) => {
             drop(trace);

@@ -49,7 +49,11 @@ pub fn watch(
     options: &WatchOptions,
     out: &mut impl Write,
 ) -> Result<(), Error> {
-    let session = Session::attach(pids, options.launch_returns)?;
+    let session = Session::attach(
+        pids,
+        options.launch_returns,
+        &mut crate::timings::Phases::from_env(),
+    )?;
     signals::install();
     let bound_ms = settings.blocked_after_ms();
     let start = sys::monotonic_ns();
