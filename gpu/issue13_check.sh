@@ -72,7 +72,7 @@ echo "=== 1. host handshake spinners, started 13 s before wedgeprobe (pair A wit
 for pair in A B; do
   d=$(mktemp -d); env=(); [ $pair = A ] && env=(CUDA_INJECTION64_PATH=$SHIM)
   for r in 0 1; do
-    env "${env[@]}" timeout 60 python3 gpu/host_handshake.py $r $d 45 > "$OUT/hs.$pair.$r.out" 2>&1 &
+    env "${env[@]}" python3 gpu/host_handshake.py $r $d 45 > "$OUT/hs.$pair.$r.out" 2>&1 &
     eval "HS_${pair}_$r=$!"
   done
 done
@@ -104,8 +104,8 @@ PY
 wait
 
 echo; echo "=== 2+4. torch.cuda.synchronize() behind a stuck Triton kernel, entered 6 s before wedgeprobe"
-CUDA_INJECTION64_PATH=$SHIM timeout 60 python3 gpu/sync_wedge.py 30 > "$OUT/sw.shim.out" 2>&1 & S1=$!
-timeout 60 python3 gpu/sync_wedge.py 30 > "$OUT/sw.plain.out" 2>&1 & S2=$!
+CUDA_INJECTION64_PATH=$SHIM python3 gpu/sync_wedge.py 30 > "$OUT/sw.shim.out" 2>&1 & S1=$!
+python3 gpu/sync_wedge.py 30 > "$OUT/sw.plain.out" 2>&1 & S2=$!
 sleep 8
 export WEDGEPROBE_TIMINGS=1
 timed "report (shim), 200ms window" "$OUT/sw.shim.json" "$WP" report --pid $S1 --window 200ms --json; summ "$OUT/sw.shim.json"

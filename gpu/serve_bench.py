@@ -68,13 +68,16 @@ def graph_step(model, cfg):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = model(input_ids=ids, use_cache=False)
-    return g, out
+    # The graph holds the input's address, not the tensor: the caller keeps `ids` alive, or
+    # a later allocation reuses its memory and the replays read garbage token ids (seen on
+    # the H200: an embedding index assert).
+    return g, out, ids
 
 
 def loop(seconds):
     model, cfg = build()
     prompt = torch.randint(0, cfg.vocab_size, (BATCH, PROMPT), device="cuda")
-    g, _ = graph_step(model, cfg)
+    g, _, _ids = graph_step(model, cfg)
     gens = replays = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
@@ -96,7 +99,7 @@ def main():
     model, cfg = build()
     prompt = torch.randint(0, cfg.vocab_size, (BATCH, PROMPT), device="cuda")
     generate(model, prompt)  # warm-up: allocator, cuBLAS handles, lazy module loads
-    g, _ = graph_step(model, cfg)
+    g, _, _ids = graph_step(model, cfg)
     for _ in range(20):
         g.replay()
     torch.cuda.synchronize()

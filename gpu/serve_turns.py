@@ -47,7 +47,7 @@ def worker():
     model, cfg = sb.build()
     prompt = torch.randint(0, cfg.vocab_size, (sb.BATCH, sb.PROMPT), device="cuda")
     sb.generate(model, prompt)  # warm-up: allocator, cuBLAS handles, lazy module loads
-    g, _ = sb.graph_step(model, cfg)
+    g, _, _ids = sb.graph_step(model, cfg)
     x = torch.zeros(256, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

@@ -1,9 +1,15 @@
 """A Python "serving loop" on the simulated driver (ctypes): it launches a kernel that never
 completes, then keeps launching in decode_step() until the launch blocks on the full queue —
 so the report must show decode_step / serve_forever as the Python frames behind
-cuLaunchKernel.   python3 py_launcher.py LIBCUDA"""
+cuLaunchKernel.   python3 py_launcher.py LIBCUDA
+
+With `handshake` after LIBCUDA it is instead a rank of the boot deadlock (issue 13, item 1):
+CUDA initialised, then spinning at 100% CPU in wait_for_peers_ready() for a peer's file that
+never comes, until DEADLINE_S (default 20).   python3 py_launcher.py LIBCUDA handshake [S]"""
 import ctypes
+import os
 import sys
+import time
 
 cuda = ctypes.CDLL(sys.argv[1])
 u = ctypes.c_uint
@@ -25,4 +31,15 @@ def serve_forever():
     decode_step(wedge, stream)
 
 
-serve_forever()
+def wait_for_peers_ready(path, deadline):
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return
+
+
+if len(sys.argv) > 2 and sys.argv[2] == "handshake":
+    cuda.cuInit(0)
+    limit = float(sys.argv[3]) if len(sys.argv) > 3 else 20.0
+    wait_for_peers_ready("/nonexistent/ready.peer", time.monotonic() + limit)
+else:
+    serve_forever()

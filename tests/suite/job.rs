@@ -254,3 +254,40 @@ fn a_python_process_blocked_in_a_launch_shows_its_python_frames() {
     assert!(py[0].starts_with("decode_step (py_launcher.py:"), "{py:?}");
     assert!(py.iter().any(|f| f.starts_with("serve_forever")), "{py:?}");
 }
+
+/// Issue 13, item 1: a CPython spinner is named by its Python frames — in the host stall's
+/// `python_stack` and in the verdict's one line (the interpreter loop's native frames say
+/// nothing of the user's code; on the H200 the line read `0x55622e ← _PyEval_EvalFrameDefault`).
+#[test]
+fn a_python_host_stall_is_named_by_its_python_frames() {
+    require_root!();
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
+    let lib = wp_tests::sim_dir().join("libcuda.so.1");
+    let mut child = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&lib)
+        .args(["handshake", "20"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3");
+    sleep(secs(3.5));
+    let r = report_json(&["--pid", &child.id().to_string(), "--stall-after", "2s"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    let py: Vec<&str> = r["host_stalls"][0]["threads"][0]["python_stack"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no python stack: {}", r["host_stalls"]))
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(
+        py.iter()
+            .any(|f| f.starts_with("wait_for_peers_ready (py_launcher.py:")),
+        "{py:?}"
+    );
+    let summary = r["verdict"]["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("wait_for_peers_ready"), "{summary}");
+}

@@ -72,17 +72,13 @@ pub struct LatencyReport {
     pub max_us: f64,
 }
 
-/// Python frames for the blocked threads and the spinning ones, one read per process (only
-/// processes with such threads are read).
-fn attach_python_stacks(
-    threads: &mut [ThreadView],
-    stalls: &mut [crate::verdict::host_stall::HostStall],
-) {
+/// Python frames for the blocked threads, one read per process (only processes with such
+/// threads are read). Spinning threads of host stalls have theirs from the verdict.
+fn attach_python_stacks(threads: &mut [ThreadView]) {
     let mut pids: Vec<u32> = threads
         .iter()
         .filter(|t| t.blocked)
         .map(|t| t.pid)
-        .chain(stalls.iter().map(|s| s.pid))
         .collect();
     pids.sort_unstable();
     pids.dedup();
@@ -92,11 +88,6 @@ fn attach_python_stacks(
         };
         for t in threads.iter_mut().filter(|t| t.pid == pid && t.blocked) {
             t.python_stack = stacks.get(&t.tid).cloned();
-        }
-        for s in stalls.iter_mut().filter(|s| s.pid == pid) {
-            for t in &mut s.threads {
-                t.python_stack = stacks.get(&t.tid).cloned();
-            }
         }
     }
 }
@@ -121,8 +112,8 @@ impl Report {
         launch_returns: bool,
     ) -> Self {
         let mut threads = ev.threads.clone();
-        let mut host_stalls = ev.host_stalls.clone();
-        attach_python_stacks(&mut threads, &mut host_stalls);
+        let host_stalls = ev.host_stalls.clone();
+        attach_python_stacks(&mut threads);
         let kernels = ev.kernels.clone();
         let verdict = ev.verdict.clone();
         let jobs = ev.jobs.clone();

@@ -49,31 +49,46 @@ pub struct SpinningThread {
     pub busy_ms: f64,
     /// Innermost first: `function+0xoff (module)`, or the address when unknown.
     pub native_stack: Vec<String>,
-    /// Not read yet (a Python stack reader is not built in).
+    /// Innermost first, `function (file:line)`; null when the process is not CPython or its
+    /// interpreter state could not be read.
     pub python_stack: Option<Vec<String>>,
 }
 
-/// Symbolized stacks by (pid, tid, sample time): `find` runs every tick while a stall lasts
-/// (watch, the daemon), and a sample changes at most a few times a second; validating return
-/// addresses reads the target and symbolizing parses its ELF files, so each sample is done
-/// once. Owned by the verdict pipeline.
+/// Symbolized stacks by (pid, tid, sample time), Python stacks by (pid, newest sample time):
+/// `find` runs every tick while a stall lasts (watch, the daemon), and a sample changes at
+/// most a few times a second; validating return addresses reads the target, symbolizing
+/// parses its ELF files and a Python stack walks its interpreter's frames, so each sample is
+/// done once. Owned by the verdict pipeline.
 #[derive(Default)]
-pub struct StackCache(HashMap<(u32, u32, u64), Vec<String>>);
+pub struct StackCache {
+    native: HashMap<(u32, u32, u64), Vec<String>>,
+    python: HashMap<(u32, u64), Option<HashMap<u32, Vec<String>>>>,
+}
 
 impl StackCache {
+    fn python(&mut self, pid: u32, at: u64) -> Option<&HashMap<u32, Vec<String>>> {
+        if self.python.len() >= 256 && !self.python.contains_key(&(pid, at)) {
+            self.python.clear();
+        }
+        self.python
+            .entry((pid, at))
+            .or_insert_with(|| crate::process::pystack::stacks(pid))
+            .as_ref()
+    }
+
     fn get_or_make(
         &mut self,
         key: (u32, u32, u64),
         make: impl FnOnce() -> Vec<String>,
     ) -> Vec<String> {
-        if let Some(v) = self.0.get(&key) {
+        if let Some(v) = self.native.get(&key) {
             return v.clone();
         }
         let v = make();
-        if self.0.len() >= 4096 {
-            self.0.clear();
+        if self.native.len() >= 4096 {
+            self.native.clear();
         }
-        self.0.insert(key, v.clone());
+        self.native.insert(key, v.clone());
         v
     }
 }
@@ -93,7 +108,7 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
         if model.kernels.get(&pid).is_some_and(|k| !k.is_empty()) {
             continue;
         }
-        let threads: Vec<SpinningThread> = p
+        let mut threads: Vec<SpinningThread> = p
             .threads
             .iter()
             .filter(|(_, t)| {
@@ -123,6 +138,19 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
             })
             .collect();
         if !threads.is_empty() {
+            // The Python frames say where a CPython spinner is in the user's code (the native
+            // frames of the interpreter loop do not): read once per process and sample.
+            let newest = p
+                .threads
+                .values()
+                .filter_map(|t| t.last_sample.as_ref().map(|(at, ..)| *at))
+                .max()
+                .unwrap_or(0);
+            if let Some(py) = stacks.python(pid, newest) {
+                for t in &mut threads {
+                    t.python_stack = py.get(&t.tid).cloned();
+                }
+            }
             out.push(HostStall {
                 pid,
                 comm: p.target.comm.clone(),
@@ -178,12 +206,17 @@ pub fn describe(s: &HostStall) -> String {
         .threads
         .iter()
         .map(|t| {
-            let top: Vec<&str> = t
-                .native_stack
-                .iter()
-                .take(3)
-                .map(|f| f.split('+').next().unwrap_or(f))
-                .collect();
+            // The Python frames when there are any (the interpreter loop's native frames say
+            // nothing of the user's code), else the native ones.
+            let top: Vec<&str> = match &t.python_stack {
+                Some(py) if !py.is_empty() => py.iter().take(3).map(String::as_str).collect(),
+                _ => t
+                    .native_stack
+                    .iter()
+                    .take(3)
+                    .map(|f| f.split('+').next().unwrap_or(f))
+                    .collect(),
+            };
             format!(
                 "tid {} ({}) {:.0}% CPU for {:.0} s in {}",
                 t.tid,
