@@ -49,6 +49,7 @@ const CALLS: &[(&CStr, Kind)] = &[
     (c"cuStreamSynchronize", Kind::StreamSync),
     (c"cuStreamSynchronize_ptsz", Kind::StreamSync),
     (c"cuCtxSynchronize", Kind::CtxSync),
+    (c"cuCtxSynchronize_v2", Kind::CtxSync),
     (c"cuEventSynchronize", Kind::Wait),
     (c"cuMemcpy", Kind::Wait),
     (c"cuMemcpyHtoD_v2", Kind::Wait),
@@ -80,7 +81,8 @@ const CALLS: &[(&CStr, Kind)] = &[
     (c"cuGraphInstantiateWithParams_ptsz", Kind::Instantiate),
 ];
 
-const N: usize = 32;
+const N: usize = 33;
+const _: () = assert!(CALLS.len() == N);
 static ORIGINAL: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 /// `probe_common::api` ids (u32::MAX: not a traced API).
 static API: [AtomicU32; N] = [const { AtomicU32::new(u32::MAX) }; N];
@@ -307,7 +309,7 @@ macro_rules! call_hook {
                 r
             }
         )*
-        const WRAPPERS: [unsafe extern "C" fn(usize, usize, usize, usize, usize, usize) -> u32; 32] = [$($name),*];
+        const WRAPPERS: [unsafe extern "C" fn(usize, usize, usize, usize, usize, usize) -> u32; N] = [$($name),*];
     };
 }
 
@@ -344,4 +346,5 @@ call_hook!(
     h29 = 29,
     h30 = 30,
     h31 = 31,
+    h32 = 32,
 );

@@ -83,6 +83,10 @@ pub const TABLE: &[(&str, ArgShape, ApiClass)] = &[
     ("cuMemcpy3D_v2_ptds", ArgShape::CopyOther, ApiClass::Copy),
     ("cuMemcpyPeer", ArgShape::CopyOther, ApiClass::Copy),
     ("cuMemcpyPeer_ptds", ArgShape::CopyOther, ApiClass::Copy),
+    // CUDA 12.9+/13: `cuCtxSynchronize_v2(ctx)`; CUDA 13's `cudaDeviceSynchronize` (so
+    // `torch.cuda.synchronize()`) waits here, not in `cuCtxSynchronize` (H200, driver 580:
+    // reported as "entry point unknown" until it was traced). The context argument is not read.
+    ("cuCtxSynchronize_v2", ArgShape::NoArgs, ApiClass::Sync),
 ];
 
 /// Number of traced entry points.
@@ -124,7 +128,7 @@ pub fn shape(id: u32) -> Option<ArgShape> {
         2 | 3 => ArgShape::LaunchEx,
         6 | 7 => ArgShape::GraphLaunch,
         8 | 9 => ArgShape::StreamSync,
-        10 => ArgShape::NoArgs,
+        10 | 26 => ArgShape::NoArgs,
         11 => ArgShape::EventSync,
         12..=19 => ArgShape::Copy3,
         20..=25 => ArgShape::CopyOther,

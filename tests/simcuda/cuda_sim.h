@@ -27,6 +27,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
 CUresult cuStreamSynchronize(CUstream s);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxSynchronize_v2(CUcontext ctx);
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
 /* The callbacks an injection library gets from the simulated driver, at the moments CUPTI
@@ -44,6 +45,7 @@ enum {
     SIM_API_MEMCPY_HTOD = 14,
     SIM_API_MEMCPY_DTOH = 16,
     SIM_API_MEMCPY_DTOD = 18,
+    SIM_API_CTX_SYNCHRONIZE_V2 = 26,
 };
 struct simcuda_launch {
     const char *name;

@@ -315,6 +315,8 @@ EXPORT HOOKABLE CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
 EXPORT HOOKABLE CUresult cuStreamSynchronize(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE, last_launched(s)); }
 EXPORT HOOKABLE CUresult cuStreamSynchronize_ptsz(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE + 1, last_launched(s)); }
 EXPORT HOOKABLE CUresult cuCtxSynchronize(void) { return wait_for(SIM_API_CTX_SYNCHRONIZE, last_launched((CUstream)-1)); }
+/* CUDA 13's cudaDeviceSynchronize waits here (the context argument: NULL for the current one). */
+EXPORT HOOKABLE CUresult cuCtxSynchronize_v2(CUcontext c) { (void)c; return wait_for(SIM_API_CTX_SYNCHRONIZE_V2, last_launched((CUstream)-1)); }
 EXPORT CUresult cuEventSynchronize(CUevent e) { (void)e; return wait_for(SIM_API_EVENT_SYNCHRONIZE, last_launched((CUstream)-1)); }
 
 /* Synchronous copies wait for all prior work (legacy default stream semantics). */

@@ -21,8 +21,8 @@
  * SIMWORKER_BURST=N launches N prefills back to back just before the wedged kernel (so stream
  * marks cannot bracket it alone: the report must list candidates);
  * SIMWORKER_START_DELAY_MS delays everything (a probe can attach before the kernel lookups);
- * SIMWORKER_LAUNCH_API=ex launches through cuLaunchKernelEx; SIMWORKER_SYNC_API=ctx|copy
- * makes the syncer wait in cuCtxSynchronize or a blocking cuMemcpyDtoH instead.
+ * SIMWORKER_LAUNCH_API=ex launches through cuLaunchKernelEx; SIMWORKER_SYNC_API=ctx|ctx_v2|copy
+ * makes the syncer wait in cuCtxSynchronize, cuCtxSynchronize_v2 or a blocking cuMemcpyDtoH.
  *
  * The process releases itself: the wedged kernel completes after SIMCUDA_RELEASE_AFTER_S,
  * and every mode exits after run_s.
@@ -72,12 +72,13 @@ static void launch(CUfunction f) {
     }
 }
 
-/* SIMWORKER_SYNC_API=stream (default) | ctx | copy: how the syncer thread waits. */
+/* SIMWORKER_SYNC_API=stream (default) | ctx | ctx_v2 | copy: how the syncer thread waits. */
 static void *syncer(void *arg) {
     const char *how = arg;
     char buf[64];
     while (!stop) {
         if (!strcmp(how, "ctx")) cuCtxSynchronize();
+        else if (!strcmp(how, "ctx_v2")) cuCtxSynchronize_v2(NULL);
         else if (!strcmp(how, "copy")) cuMemcpyDtoH_v2(buf, 0x1000, sizeof buf);
         else cuStreamSynchronize(stream);
         usleep(20000);

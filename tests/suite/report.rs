@@ -240,6 +240,35 @@ fn ctx_synchronize_alone_gives_blocked_in_sync() {
     assert_eq!(r["verdict"]["kind"], "blocked_in_sync", "{}", r["verdict"]);
 }
 
+/// Issue 13, item 2 on the H200: CUDA 13's `cudaDeviceSynchronize` (`torch.cuda.synchronize()`)
+/// waits in `cuCtxSynchronize_v2`, which was traced by neither eBPF nor the shim: the thread was
+/// "libcuda (entry point unknown)". Named now, with and without the shim.
+#[test]
+fn a_ctx_synchronize_v2_is_named() {
+    require_root!();
+    for shim in [false, true] {
+        let mut env = vec![
+            ("SIMWORKER_SYNC_API", "ctx_v2"),
+            ("SIMCUDA_RELEASE_AFTER_S", "6"),
+        ];
+        let shim_path = super::shim_path();
+        if shim {
+            env.push(("CUDA_INJECTION64_PATH", shim_path.as_str()));
+        }
+        let w = Worker::spawn(&["wedge", "0.3", "300"], &env);
+        sleep(secs(1.5));
+        let r = report_json(&["--pid", &w.pid_arg()]);
+        let syncer = thread(&r, "syncer").expect("syncer found");
+        assert_eq!(
+            syncer["api"], "cuCtxSynchronize_v2",
+            "shim {shim}: {syncer}"
+        );
+        // With the shim the journal dates the kernel (2 s, under its 5 s bound): busy.
+        let kind = if shim { "busy" } else { "blocked_in_sync" };
+        assert_eq!(r["verdict"]["kind"], kind, "shim {shim}: {}", r["verdict"]);
+    }
+}
+
 /// Issue 13, item 2: synchronizes entered before attach keep their identity and their age.
 /// Without the shim, found by samples only: named, in the call "at least" since attach (never
 /// the age of the first sample), and the verdict names the same threads the table lists.
