@@ -72,7 +72,7 @@ echo "=== 1. host handshake spinners, started 13 s before wedgeprobe (pair A wit
 for pair in A B; do
   d=$(mktemp -d); env=(); [ $pair = A ] && env=(CUDA_INJECTION64_PATH=$SHIM)
   for r in 0 1; do
-    env "${env[@]}" python3 gpu/host_handshake.py $r $d 45 > "$OUT/hs.$pair.$r.out" 2>&1 &
+    env "${env[@]}" python3 gpu/host_handshake.py $r $d 100 > "$OUT/hs.$pair.$r.out" 2>&1 &
     eval "HS_${pair}_$r=$!"
   done
 done
@@ -81,31 +81,32 @@ timed "report A (shim)" "$OUT/hs.A.json" "$WP" report --pid $HS_A_0 --pid $HS_A_
 timed "report B (no shim)" "$OUT/hs.B.json" "$WP" report --pid $HS_B_0 --pid $HS_B_1 --json; summ "$OUT/hs.B.json"
 first_line "watch A" '"kind":"host_stall"|host_stall' timeout 8 "$WP" watch --json --pid $HS_A_0 --pid $HS_A_1
 printf 'listen = "127.0.0.1:19467"\ndump_dir = "%s/dumps"\nlog_format = "json"\n' "$OUT" > "$OUT/d13.toml"
-t0=$(date +%s.%N)
-timeout 9 "$WP" daemon --config "$OUT/d13.toml" 2> "$OUT/d13.log"
-python3 - "$OUT/d13.log" "$t0" $HS_A_0 $HS_A_1 $HS_B_0 $HS_B_1 <<'PY'
-import json, sys
-log, t0, pids = sys.argv[1], float(sys.argv[2]), {int(p) for p in sys.argv[3:]}
-seen = {}
-for line in open(log):
-    try: e = json.loads(line)
-    except ValueError: continue
+# The daemon started now: when its first verdict for each spinner comes (its log read live).
+python3 - "$WP" "$OUT/d13.toml" "$OUT/d13.log" $HS_A_0 $HS_A_1 $HS_B_0 $HS_B_1 <<'PY' | sed "s/^/  daemon: /"
+import json, subprocess, sys, time
+wp, cfg, log, pids = sys.argv[1], sys.argv[2], sys.argv[3], {int(p) for p in sys.argv[4:]}
+t0 = time.monotonic()
+d = subprocess.Popen([wp, "daemon", "--config", cfg], stderr=subprocess.PIPE, text=True)
+seen, out = {}, open(log, "w")
+for line in d.stderr:
+    out.write(line)
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
     if e.get("event") == "verdict" and e.get("pid") in pids and e["pid"] not in seen:
         seen[e["pid"]] = e
-from datetime import datetime
-for p, e in seen.items():
-    try:
-        at = f'{datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp() - t0:.2f} s after start'
-    except (KeyError, ValueError):
-        at = e.get("ts")
-    print("  daemon first verdict pid", p, e.get("kind"), at, "-", str(e.get("summary", ""))[:200])
-print("  daemon: pids without a verdict:", sorted(pids - set(seen)))
+        print(f"first verdict for pid {e['pid']} after {time.monotonic() - t0:.2f} s: {e.get('kind')} - {str(e.get('summary'))[:300]}")
+    if seen.keys() >= pids or time.monotonic() - t0 > 15:
+        break
+print("pids without a verdict:", sorted(pids - set(seen)))
+d.send_signal(2); d.wait(timeout=90)
 PY
-wait
+for p in $HS_A_0 $HS_A_1 $HS_B_0 $HS_B_1; do kill $p 2>/dev/null; done; wait
 
-echo; echo "=== 2+4. torch.cuda.synchronize() behind a stuck Triton kernel, entered 6 s before wedgeprobe"
-CUDA_INJECTION64_PATH=$SHIM python3 gpu/sync_wedge.py 30 > "$OUT/sw.shim.out" 2>&1 & S1=$!
-python3 gpu/sync_wedge.py 30 > "$OUT/sw.plain.out" 2>&1 & S2=$!
+echo; echo "=== 2+4. torch.cuda.synchronize() behind a stuck Triton kernel, entered 8 s before wedgeprobe"
+CUDA_INJECTION64_PATH=$SHIM python3 gpu/sync_wedge.py 70 > "$OUT/sw.shim.out" 2>&1 & S1=$!
+python3 gpu/sync_wedge.py 70 > "$OUT/sw.plain.out" 2>&1 & S2=$!
 sleep 8
 export WEDGEPROBE_TIMINGS=1
 timed "report (shim), 200ms window" "$OUT/sw.shim.json" "$WP" report --pid $S1 --window 200ms --json; summ "$OUT/sw.shim.json"
@@ -114,4 +115,4 @@ timed "report (shim), default window, text" "$OUT/sw.shim.txt" "$WP" report --pi
 unset WEDGEPROBE_TIMINGS
 first_line "watch (shim) first blocked" '"blocked"' timeout 8 "$WP" watch --json --pid $S1
 first_line "watch (no shim) first blocked" '"blocked"' timeout 8 "$WP" watch --json --pid $S2
-wait; cat "$OUT"/sw.*.out
+kill $S1 $S2 2>/dev/null; wait; cat "$OUT"/sw.*.out

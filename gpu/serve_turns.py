@@ -215,6 +215,10 @@ def main():
     ap.add_argument("--graph-s", type=float, default=0.7)
     ap.add_argument("--loop-s", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=12)
+    ap.add_argument("--daemon-at-round", type=int, default=0,
+                    help="attach the daemon only from this round on (before it, the "
+                         "shim_daemon processes run the shim alone: what the daemon changes, "
+                         "within the same processes)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     new = os.environ.get("NEW", os.path.join(os.getcwd(), "target/release"))
@@ -225,7 +229,9 @@ def main():
         if "shim_daemon" in sides else []
     for w in daemon_side:
         w.wait_ready()
-    daemon = start_daemon(a.out, new, [w.pid for w in daemon_side]) if daemon_side else None
+    daemon = None
+    if daemon_side and a.daemon_at_round == 0:
+        daemon = start_daemon(a.out, new, [w.pid for w in daemon_side])
     others = [Worker(s, k, a.out, new, a.pin) for s in sides if s != "shim_daemon"
               for k in range(a.per_side)]
     for w in others:
@@ -236,6 +242,9 @@ def main():
     rows = []
     with open(os.path.join(a.out, "turns.jsonl"), "w") as log:
         for rd in range(a.rounds):
+            if daemon_side and daemon is None and rd == a.daemon_at_round:
+                daemon = start_daemon(a.out, new, [w.pid for w in daemon_side])
+                print(f"daemon attached before round {rd}", flush=True)
             order = workers[:]
             rng.shuffle(order)
             for w in order:
