@@ -5,7 +5,9 @@ cuLaunchKernel.   python3 py_launcher.py LIBCUDA
 
 With `handshake` after LIBCUDA it is instead a rank of the boot deadlock (issue 13, item 1):
 CUDA initialised, then spinning at 100% CPU in wait_for_peers_ready() for a peer's file that
-never comes, until DEADLINE_S (default 20).   python3 py_launcher.py LIBCUDA handshake [S]"""
+never comes, until DEADLINE_S (default 20).   python3 py_launcher.py LIBCUDA handshake [S]
+With `build` it is a process building its model instead: CUDA initialised, then CPU work at
+100% for S seconds that moves through functions (busy, not spinning: not a host stall)."""
 import ctypes
 import os
 import sys
@@ -37,7 +39,31 @@ def wait_for_peers_ready(path, deadline):
             return
 
 
-if len(sys.argv) > 2 and sys.argv[2] == "handshake":
+def init_attention(n):
+    return sum(i * i for i in range(n))
+
+
+def init_mlp(n):
+    return sum(i ^ 7 for i in range(n))
+
+
+def init_norm(n):
+    return max(i % 13 for i in range(n))
+
+
+def build_model(deadline):
+    # Each step is ~0.1-0.3 s of one function, like initialising a layer's weights.
+    steps = [init_attention, init_mlp, init_norm]
+    i = 0
+    while time.monotonic() < deadline:
+        steps[i % 3](4_000_000 * (1 + i % 2))
+        i += 1
+
+
+if len(sys.argv) > 2 and sys.argv[2] == "build":
+    cuda.cuInit(0)
+    build_model(time.monotonic() + (float(sys.argv[3]) if len(sys.argv) > 3 else 20.0))
+elif len(sys.argv) > 2 and sys.argv[2] == "handshake":
     cuda.cuInit(0)
     limit = float(sys.argv[3]) if len(sys.argv) > 3 else 20.0
     wait_for_peers_ready("/nonexistent/ready.peer", time.monotonic() + limit)

@@ -291,3 +291,40 @@ fn a_python_host_stall_is_named_by_its_python_frames() {
     let summary = r["verdict"]["summary"].as_str().unwrap_or_default();
     assert!(summary.contains("wait_for_peers_ready"), "{summary}");
 }
+
+/// The H200 healthy run's false alarm: a process building its model keeps a core at 100% with
+/// no GPU work for longer than `stall_after`. Busy is not spinning: its stack moves through
+/// functions, so it is not a host stall (a busy-poll's stack stays: the tests above).
+#[test]
+fn a_process_busy_building_its_model_is_not_a_host_stall() {
+    require_root!();
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
+    let lib = wp_tests::sim_dir().join("libcuda.so.1");
+    let mut child = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&lib)
+        .args(["build", "20"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3");
+    sleep(secs(3.5));
+    let r = report_json(&[
+        "--pid",
+        &child.id().to_string(),
+        "--stall-after",
+        "2s",
+        "--window",
+        "3s",
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_ne!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    assert_eq!(
+        r["host_stalls"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        r["host_stalls"]
+    );
+}

@@ -8,6 +8,15 @@
 //! on-CPU stack (sampled by the eBPF perf sampler, return addresses found by scanning,
 //! symbolized with blazesym) and its Python stack (`report`).
 //!
+//! Busy is not enough: a serving process that builds its model or loads a checkpoint also
+//! keeps a core at 100% with no GPU work for tens of seconds (the H200 healthy run: a false
+//! `host_stall` at startup, "no GPU work for 11 s" while transformers built the model). A
+//! busy-poll makes no progress: its stack stays the same. So a thread counts only once its
+//! stack — the Python frames' functions and files when it has them (line numbers move inside a
+//! loop), else its native frames past the innermost two — has read the same for
+//! `SPIN_CONFIRM` (`same_stack_ms` in JSON); model building walks through many functions in
+//! that time. `report`'s default 1 s window spans it.
+//!
 //! A stall that began before attach — someone runs `report` at 3 a.m. on a boot deadlock — is
 //! found in the first window: the shim journal dates the last GPU work (possibly long before
 //! attach), and a thread's CPU time over its whole life, read at the first reading, dates its
@@ -49,10 +58,15 @@ pub struct SpinningThread {
     pub busy_ms: f64,
     /// Innermost first: `function+0xoff (module)`, or the address when unknown.
     pub native_stack: Vec<String>,
+    /// How long its stack has read the same (≥ `SPIN_CONFIRM_NS`): a busy-poll, not work.
+    pub same_stack_ms: f64,
     /// Innermost first, `function (file:line)`; null when the process is not CPython or its
     /// interpreter state could not be read.
     pub python_stack: Option<Vec<String>>,
 }
+
+/// How long a busy thread's stack must read the same before it counts as spinning (above).
+pub const SPIN_CONFIRM_NS: u64 = 800_000_000;
 
 /// Symbolized stacks by (pid, tid, sample time), Python stacks by (pid, newest sample time):
 /// `find` runs every tick while a stall lasts (watch, the daemon), and a sample changes at
@@ -63,6 +77,8 @@ pub struct SpinningThread {
 pub struct StackCache {
     native: HashMap<(u32, u32, u64), Vec<String>>,
     python: HashMap<(u32, u64), Option<HashMap<u32, Vec<String>>>>,
+    /// Per busy thread: its stack's signature and since when it has read the same.
+    same_since: HashMap<(u32, u32), (Signature, u64)>,
 }
 
 impl StackCache {
@@ -97,6 +113,7 @@ impl StackCache {
 pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) -> Vec<HostStall> {
     let after = after_ns;
     let mut out = Vec::new();
+    let mut touched = Vec::new();
     for (&pid, p) in &model.procs {
         // Without a journal, quiet since attach is all that can be known of the GPU; the
         // threads' spin (dated from their life at the first reading) carries the duration.
@@ -108,17 +125,26 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
         if model.kernels.get(&pid).is_some_and(|k| !k.is_empty()) {
             continue;
         }
+        // Stacks are compared from the first CPU reading on (a whole life at ≥ 80% of a
+        // core), so that the second reading, a second later, which confirms the thread is
+        // still busy, finds its stack already compared for that second: `report`'s 1 s
+        // window finds a stall that began before attach.
+        let busy_for = |t: &crate::model::ThreadState| {
+            let since = match (t.busy_since_ns, t.busy_from_start_ns) {
+                (0, Some(start)) => start,
+                (since, _) => since,
+            };
+            (since != 0).then(|| now_ns.saturating_sub(since))
+        };
         let mut threads: Vec<SpinningThread> = p
             .threads
             .iter()
-            .filter(|(_, t)| {
-                t.busy_since_ns != 0 && now_ns.saturating_sub(t.busy_since_ns) >= after
-            })
+            .filter(|(_, t)| busy_for(t).is_some_and(|d| d >= after))
             .map(|(&tid, t)| SpinningThread {
                 tid,
                 name: t.name.clone(),
                 cpu_pct: (t.cpu_pct * 10.0).round() / 10.0,
-                busy_ms: now_ns.saturating_sub(t.busy_since_ns) as f64 / 1e6,
+                busy_ms: busy_for(t).unwrap_or(0) as f64 / 1e6,
                 native_stack: t
                     .last_sample
                     .as_ref()
@@ -134,6 +160,7 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
                         })
                     })
                     .unwrap_or_default(),
+                same_stack_ms: 0.0,
                 python_stack: None,
             })
             .collect();
@@ -151,6 +178,33 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
                     t.python_stack = py.get(&t.tid).cloned();
                 }
             }
+            for t in &mut threads {
+                let sig = signature(t);
+                let since = match (stacks.same_since.get(&(pid, t.tid)), &sig) {
+                    (Some((old, since)), Some(new)) if old == new => *since,
+                    // No stack this time, or a Python read that failed (the frames move while
+                    // they are read) after one that worked: no evidence of a change.
+                    (Some((_, since)), None) => *since,
+                    (Some((Signature::Python(_), since)), Some(Signature::Native(_))) => *since,
+                    _ => now_ns,
+                };
+                let keep = match (sig, stacks.same_since.remove(&(pid, t.tid))) {
+                    (Some(Signature::Native(_)), Some((old @ Signature::Python(_), _))) => old,
+                    (Some(new), _) => new,
+                    (None, Some((old, _))) => old,
+                    (None, None) => Signature::Native(Vec::new()),
+                };
+                stacks.same_since.insert((pid, t.tid), (keep, since));
+                touched.push((pid, t.tid));
+                t.same_stack_ms = now_ns.saturating_sub(since) as f64 / 1e6;
+            }
+            // Reported once a second reading confirms the thread busy, and its stack stayed.
+            threads.retain(|t| {
+                p.threads.get(&t.tid).is_some_and(|s| s.busy_since_ns != 0)
+                    && t.same_stack_ms * 1e6 >= SPIN_CONFIRM_NS as f64
+            });
+        }
+        if !threads.is_empty() {
             out.push(HostStall {
                 pid,
                 comm: p.target.comm.clone(),
@@ -164,7 +218,40 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
             });
         }
     }
+    // Threads no longer busy (or gone) start over when they are busy again.
+    stacks.same_since.retain(|k, _| touched.contains(k));
     out
+}
+
+/// What must stay the same for a thread to be spinning: its Python frames as `function
+/// (file)` (no line numbers: they move inside the loop), else its native frames past the
+/// innermost two (the loop's own calls into libc and the interpreter vary between samples).
+#[derive(Clone, Debug, PartialEq)]
+enum Signature {
+    Python(Vec<String>),
+    Native(Vec<String>),
+}
+
+/// `None`: no stack to compare this time.
+fn signature(t: &SpinningThread) -> Option<Signature> {
+    match &t.python_stack {
+        Some(py) if !py.is_empty() => Some(Signature::Python(
+            py.iter()
+                .map(|f| match (f.find(" ("), f.rfind(':')) {
+                    (Some(open), Some(colon)) if colon > open => f[..colon].to_string(),
+                    _ => f.clone(),
+                })
+                .collect(),
+        )),
+        _ if t.native_stack.is_empty() => None,
+        _ => Some(Signature::Native(
+            t.native_stack
+                .iter()
+                .skip(2)
+                .map(|f| f.split('+').next().unwrap_or(f).to_string())
+                .collect(),
+        )),
+    }
 }
 
 /// `ip` and the return addresses as `symbol+0xoff (module)`, through the target's own maps.
@@ -218,11 +305,12 @@ pub fn describe(s: &HostStall) -> String {
                     .collect(),
             };
             format!(
-                "tid {} ({}) {:.0}% CPU for {:.0} s in {}",
+                "tid {} ({}) {:.0}% CPU for {:.0} s, the same stack for {:.1} s, in {}",
                 t.tid,
                 t.name,
                 t.cpu_pct,
                 t.busy_ms / 1e3,
+                t.same_stack_ms / 1e3,
                 if top.is_empty() {
                     "?".to_string()
                 } else {
@@ -249,4 +337,97 @@ pub fn describe(s: &HostStall) -> String {
         s.comm,
         threads.join("; ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(native: &[&str], python: Option<&[&str]>) -> SpinningThread {
+        SpinningThread {
+            tid: 1,
+            name: "t".into(),
+            cpu_pct: 100.0,
+            busy_ms: 20_000.0,
+            native_stack: native.iter().map(|s| s.to_string()).collect(),
+            same_stack_ms: 0.0,
+            python_stack: python.map(|p| p.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn a_python_spin_keeps_its_signature_while_lines_and_native_frames_move() {
+        // Two samples of the H200 handshake spinner: other lines, other interpreter frames.
+        let a = thread(
+            &[
+                "fstatat+0xe (libc.so.6)",
+                "0x633fbc",
+                "__clock_gettime+0x1d (libc.so.6)",
+            ],
+            Some(&[
+                "exists (<frozen genericpath>:19)",
+                "wait_for_peers_ready (host_handshake.py:18)",
+                "main (host_handshake.py:32)",
+            ]),
+        );
+        let b = thread(
+            &[
+                "PyObject_Malloc+0x78 (python3.12)",
+                "PyType_GenericAlloc+0x5c (python3.12)",
+            ],
+            Some(&[
+                "exists (<frozen genericpath>:21)",
+                "wait_for_peers_ready (host_handshake.py:20)",
+                "main (host_handshake.py:32)",
+            ]),
+        );
+        assert_eq!(signature(&a), signature(&b));
+        let Some(Signature::Python(sig)) = signature(&a) else {
+            panic!("a Python signature")
+        };
+        assert_eq!(sig[1], "wait_for_peers_ready (host_handshake.py");
+        // Model building: another function on top is another signature.
+        let c = thread(
+            &[],
+            Some(&[
+                "kaiming_uniform_ (torch/nn/init.py:456)",
+                "reset_parameters (torch/nn/modules/linear.py:117)",
+                "main (host_handshake.py:32)",
+            ]),
+        );
+        assert_ne!(signature(&a), signature(&c));
+    }
+
+    #[test]
+    fn a_native_spin_is_compared_past_its_innermost_two_frames() {
+        let a = thread(
+            &[
+                "__clock_gettime+0x1d (libc.so.6)",
+                "0x4011a0",
+                "spin_wait+0x20 (w)",
+                "main+0x40 (w)",
+            ],
+            None,
+        );
+        let b = thread(
+            &[
+                "sched_yield+0x9 (libc.so.6)",
+                "0x4011c4",
+                "spin_wait+0x20 (w)",
+                "main+0x40 (w)",
+            ],
+            None,
+        );
+        assert_eq!(signature(&a), signature(&b));
+        let c = thread(
+            &[
+                "memcpy+0x9 (libc.so.6)",
+                "0x4011c4",
+                "load_weights+0x80 (w)",
+                "main+0x40 (w)",
+            ],
+            None,
+        );
+        assert_ne!(signature(&a), signature(&c));
+    }
 }
