@@ -301,30 +301,73 @@ fn a_process_busy_building_its_model_is_not_a_host_stall() {
     let script =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
     let lib = wp_tests::sim_dir().join("libcuda.so.1");
+    // With the shim the journal dates the GPU's silence (the rule for spinners that idled
+    // first); without it the thread's whole life is busy. Neither makes it a stall.
+    for shim in [false, true] {
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg(&script)
+            .arg(&lib)
+            .args(["build", "20"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if shim {
+            cmd.env("CUDA_INJECTION64_PATH", shim_path());
+        }
+        let mut child = cmd.spawn().expect("python3");
+        sleep(secs(3.5));
+        let r = report_json(&[
+            "--pid",
+            &child.id().to_string(),
+            "--stall-after",
+            "2s",
+            "--window",
+            "3s",
+        ]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_ne!(
+            r["verdict"]["kind"], "host_stall",
+            "shim {shim}: {}",
+            r["verdict"]
+        );
+        assert_eq!(
+            r["host_stalls"].as_array().map(Vec::len),
+            Some(0),
+            "shim {shim}: {}",
+            r["host_stalls"]
+        );
+    }
+}
+
+/// The H200 pair reported healthy 22 s in: a rank that idled (CUDA initialisation) before
+/// spinning averages under 80% of a core over its life, so it was "busy for 1 s" at attach.
+/// With the shim's journal the GPU's silence is dated exactly and is the stall's duration: a
+/// thread spinning all the time watched is enough.
+#[test]
+fn a_spinner_that_idled_first_is_a_host_stall_when_the_journal_dates_the_silence() {
+    require_root!();
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
+    let lib = wp_tests::sim_dir().join("libcuda.so.1");
     let mut child = std::process::Command::new("python3")
         .arg(&script)
         .arg(&lib)
-        .args(["build", "20"])
+        .args(["handshake", "20"])
+        .env("PY_SLEEP_FIRST_S", "4")
+        .env("CUDA_INJECTION64_PATH", shim_path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("python3");
-    sleep(secs(3.5));
-    let r = report_json(&[
-        "--pid",
-        &child.id().to_string(),
-        "--stall-after",
-        "2s",
-        "--window",
-        "3s",
-    ]);
+    sleep(secs(6.5));
+    let r = report_json(&["--pid", &child.id().to_string(), "--stall-after", "3s"]);
     let _ = child.kill();
     let _ = child.wait();
-    assert_ne!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
-    assert_eq!(
-        r["host_stalls"].as_array().map(Vec::len),
-        Some(0),
-        "{}",
-        r["host_stalls"]
+    assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    let stall = &r["host_stalls"][0];
+    assert_eq!(stall["gpu_evidence"], "journal", "{stall}");
+    assert!(
+        stall["no_gpu_progress_ms"].as_f64().unwrap_or(0.0) >= 3000.0,
+        "{stall}"
     );
 }

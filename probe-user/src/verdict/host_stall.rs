@@ -4,7 +4,8 @@
 //!
 //! A process is in a host stall when its GPU work has not moved (no launch, completion, mark
 //! or driver call returning) for `stall_after`, no kernel of it is in flight, and a thread has
-//! used ≥ 80% of a core for that long. The report shows each such thread's CPU use, its latest
+//! used ≥ 80% of a core for that long — or, when the shim's journal dates the GPU's silence,
+//! all the time it was watched (the silence is then the stall's duration). The report shows each such thread's CPU use, its latest
 //! on-CPU stack (sampled by the eBPF perf sampler, return addresses found by scanning,
 //! symbolized with blazesym) and its Python stack (`report`).
 //!
@@ -136,10 +137,24 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
             };
             (since != 0).then(|| now_ns.saturating_sub(since))
         };
+        // With a journal the GPU's silence is dated exactly (possibly long before attach), and
+        // it is the stall's duration: a thread on a core all the time watched is enough, even
+        // if its whole life averaged under 80% (the H200: a rank that spent seconds in CUDA
+        // initialisation before spinning was "busy for 1 s", under `stall_after`, and the
+        // pair was reported healthy 22 s in).
+        let quiet_known =
+            p.progress_known_before_attach && now_ns.saturating_sub(p.last_progress_ns) >= after;
+        let on_cpu_since_attach = |t: &crate::model::ThreadState| {
+            t.last_sample
+                .as_ref()
+                .is_some_and(|(at, ..)| *at >= p.attached_ns)
+        };
         let mut threads: Vec<SpinningThread> = p
             .threads
             .iter()
-            .filter(|(_, t)| busy_for(t).is_some_and(|d| d >= after))
+            .filter(|(_, t)| {
+                busy_for(t).is_some_and(|d| d >= after) || (quiet_known && on_cpu_since_attach(t))
+            })
             .map(|(&tid, t)| SpinningThread {
                 tid,
                 name: t.name.clone(),
@@ -200,8 +215,9 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
             }
             // Reported once a second reading confirms the thread busy, and its stack stayed.
             threads.retain(|t| {
-                p.threads.get(&t.tid).is_some_and(|s| s.busy_since_ns != 0)
-                    && t.same_stack_ms * 1e6 >= SPIN_CONFIRM_NS as f64
+                p.threads.get(&t.tid).is_some_and(|s| {
+                    s.busy_since_ns != 0 && (quiet_known || busy_for(s).is_some_and(|d| d >= after))
+                }) && t.same_stack_ms * 1e6 >= SPIN_CONFIRM_NS as f64
             });
         }
         if !threads.is_empty() {
