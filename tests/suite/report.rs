@@ -267,6 +267,22 @@ fn a_ctx_synchronize_v2_is_named() {
         let kind = if shim { "busy" } else { "blocked_in_sync" };
         assert_eq!(r["verdict"]["kind"], kind, "shim {shim}: {}", r["verdict"]);
     }
+    // Entered after attach: the entry probe itself records it (an eBPF object built with an
+    // older API table read no arguments for it and dropped the call: arg_read_failed).
+    let w = Worker::spawn(
+        &["wedge", "0.3", "300"],
+        &[
+            ("SIMWORKER_SYNC_API", "ctx_v2"),
+            ("SIMWORKER_START_DELAY_MS", "1500"),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    sleep(secs(0.3));
+    let r = report_json(&["--pid", &w.pid_arg(), "--window", "3s"]);
+    let syncer = thread(&r, "syncer").expect("syncer found");
+    assert_eq!(syncer["api"], "cuCtxSynchronize_v2", "{syncer}");
+    assert_eq!(syncer["seen_by"], "uprobe", "{syncer}");
+    assert_eq!(r["lost"]["arg_read_failed"], 0, "{}", r["lost"]);
 }
 
 /// Issue 13, item 2: synchronizes entered before attach keep their identity and their age.
