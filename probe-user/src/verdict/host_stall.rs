@@ -66,6 +66,9 @@ pub struct SpinningThread {
     pub python_stack: Option<Vec<String>>,
 }
 
+/// A process's Python stacks by thread (`process::pystack::stacks`).
+type PythonStacks = HashMap<u32, Vec<String>>;
+
 /// How long a busy thread's stack must read the same before it counts as spinning (above).
 pub const SPIN_CONFIRM_NS: u64 = 800_000_000;
 
@@ -77,13 +80,13 @@ pub const SPIN_CONFIRM_NS: u64 = 800_000_000;
 #[derive(Default)]
 pub struct StackCache {
     native: HashMap<(u32, u32, u64), Vec<String>>,
-    python: HashMap<(u32, u64), Option<HashMap<u32, Vec<String>>>>,
+    python: HashMap<(u32, u64), Option<PythonStacks>>,
     /// Per busy thread: its stack's signature and since when it has read the same.
     same_since: HashMap<(u32, u32), (Signature, u64)>,
 }
 
 impl StackCache {
-    fn python(&mut self, pid: u32, at: u64) -> Option<&HashMap<u32, Vec<String>>> {
+    fn python(&mut self, pid: u32, at: u64) -> Option<&PythonStacks> {
         if self.python.len() >= 256 && !self.python.contains_key(&(pid, at)) {
             self.python.clear();
         }
