@@ -14,9 +14,11 @@
 //! `host_stall` at startup, "no GPU work for 11 s" while transformers built the model). A
 //! busy-poll makes no progress: its stack stays the same. So a thread counts only once its
 //! stack — the Python frames' functions and files when it has them (line numbers move inside a
-//! loop), else its native frames past the innermost two — has read the same for
-//! `SPIN_CONFIRM` (`same_stack_ms` in JSON); model building walks through many functions in
-//! that time. `report`'s default 1 s window spans it.
+//! loop; a sample may catch the loop itself or a callee, so one stack beginning the other is
+//! the same loop), else its native frames past the innermost two — has read the same for
+//! `SPIN_CONFIRM` (`same_stack_ms` in JSON); model building walks from function to function
+//! in that time (`build ← init_mlp`, then `build ← init_norm`). A long computation inside one
+//! function cannot be told from a spin this way. `report`'s default 1 s window spans it.
 //!
 //! A stall that began before attach — someone runs `report` at 3 a.m. on a boot deadlock — is
 //! found in the first window: the shim journal dates the last GPU work (possibly long before
@@ -198,20 +200,8 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
             }
             for t in &mut threads {
                 let sig = signature(t);
-                let since = match (stacks.same_since.get(&(pid, t.tid)), &sig) {
-                    (Some((old, since)), Some(new)) if old == new => *since,
-                    // No stack this time, or a Python read that failed (the frames move while
-                    // they are read) after one that worked: no evidence of a change.
-                    (Some((_, since)), None) => *since,
-                    (Some((Signature::Python(_), since)), Some(Signature::Native(_))) => *since,
-                    _ => now_ns,
-                };
-                let keep = match (sig, stacks.same_since.remove(&(pid, t.tid))) {
-                    (Some(Signature::Native(_)), Some((old @ Signature::Python(_), _))) => old,
-                    (Some(new), _) => new,
-                    (None, Some((old, _))) => old,
-                    (None, None) => Signature::Native(Vec::new()),
-                };
+                let old = stacks.same_since.remove(&(pid, t.tid));
+                let (keep, since) = same_since(old, sig, now_ns);
                 stacks.same_since.insert((pid, t.tid), (keep, since));
                 touched.push((pid, t.tid));
                 t.same_stack_ms = now_ns.saturating_sub(since) as f64 / 1e6;
@@ -254,8 +244,14 @@ enum Signature {
 /// `None`: no stack to compare this time.
 fn signature(t: &SpinningThread) -> Option<Signature> {
     match &t.python_stack {
+        // Outermost first: a loop's innermost frame is the loop itself or one of its callees,
+        // turn by turn (`exists ← wait_for_peers_ready` one sample, `wait_for_peers_ready` the
+        // next: seen making the rule flaky in CI); `same_since` takes one stack beginning the
+        // other as the same loop. A model being built diverges instead (`build ← init_mlp`,
+        // then `build ← init_norm`).
         Some(py) if !py.is_empty() => Some(Signature::Python(
             py.iter()
+                .rev()
                 .map(|f| match (f.find(" ("), f.rfind(':')) {
                     (Some(open), Some(colon)) if colon > open => f[..colon].to_string(),
                     _ => f.clone(),
@@ -270,6 +266,37 @@ fn signature(t: &SpinningThread) -> Option<Signature> {
                 .map(|f| f.split('+').next().unwrap_or(f).to_string())
                 .collect(),
         )),
+    }
+}
+
+/// A thread's stack signature and since when it has read the same, after one more reading.
+/// Only two stacks of the same kind that differ are a change. No stack this time, a Python
+/// read that failed (the frames move while they are read), or the first Python read after
+/// native ones: no evidence of a change (the first Python stack becomes the reference).
+fn same_since(
+    old: Option<(Signature, u64)>,
+    new: Option<Signature>,
+    now_ns: u64,
+) -> (Signature, u64) {
+    match (old, new) {
+        (None, Some(new)) => (new, now_ns),
+        (None, None) => (Signature::Native(Vec::new()), now_ns),
+        (Some((old, since)), None) => (old, since),
+        (Some((old @ Signature::Python(_), since)), Some(Signature::Native(_))) => (old, since),
+        (Some((Signature::Native(_), since)), Some(new @ Signature::Python(_))) => (new, since),
+        (Some((old, since)), Some(new)) if old == new => (old, since),
+        // Python frames, outermost first: the same loop when one is the other's beginning
+        // (the sample caught the loop itself, or a callee); the longer one is kept.
+        (Some((Signature::Python(old), since)), Some(Signature::Python(new)))
+            if old.starts_with(&new) || new.starts_with(&old) =>
+        {
+            (
+                Signature::Python(if new.len() > old.len() { new } else { old }),
+                since,
+            )
+        }
+        (Some((Signature::Native(old), since)), Some(new)) if old.is_empty() => (new, since),
+        (Some(_), Some(new)) => (new, now_ns),
     }
 }
 
@@ -404,7 +431,14 @@ mod tests {
         let Some(Signature::Python(sig)) = signature(&a) else {
             panic!("a Python signature")
         };
-        assert_eq!(sig[1], "wait_for_peers_ready (host_handshake.py");
+        assert_eq!(
+            sig,
+            [
+                "main (host_handshake.py",
+                "wait_for_peers_ready (host_handshake.py",
+                "exists (<frozen genericpath>"
+            ]
+        );
         // Model building: another function on top is another signature.
         let c = thread(
             &[],
@@ -415,6 +449,48 @@ mod tests {
             ]),
         );
         assert_ne!(signature(&a), signature(&c));
+    }
+
+    #[test]
+    fn only_two_different_stacks_of_one_kind_restart_the_count() {
+        let py = |f: &str| Some(Signature::Python(vec![f.to_string()]));
+        let native = |f: &str| Some(Signature::Native(vec![f.to_string()]));
+        // A failed Python read (no stack, or only native frames) between two equal ones.
+        let (s, t) = same_since(None, py("spin (a.py"), 10);
+        let (s, t) = same_since(Some((s, t)), None, 20);
+        let (s, t) = same_since(Some((s, t)), native("PyEval"), 30);
+        let (s, t) = same_since(Some((s, t)), py("spin (a.py"), 40);
+        assert_eq!(t, 10);
+        // The first Python read after native ones keeps the count; another function resets it.
+        let (s, t) = same_since(Some((Signature::Native(vec![]), 5)), Some(s), 50);
+        assert_eq!(t, 5);
+        let (_, t) = same_since(Some((s, t)), py("load (b.py"), 60);
+        assert_eq!(t, 60);
+        // The loop caught in itself, then in a callee: one stack begins the other.
+        let frames =
+            |f: &[&str]| Some(Signature::Python(f.iter().map(|x| x.to_string()).collect()));
+        let (s, t) = same_since(None, frames(&["main (a.py", "wait (a.py"]), 100);
+        let (s, t) = same_since(Some((s, t)), frames(&["main (a.py"]), 110);
+        let (s, t) = same_since(Some((s, t)), frames(&["main (a.py", "wait (a.py"]), 120);
+        assert_eq!(
+            (t, &s),
+            (100, &frames(&["main (a.py", "wait (a.py"]).unwrap())
+        );
+        // A model being built: layer after layer under `build`, not one inside the other.
+        let (s, t) = same_since(
+            None,
+            frames(&["main (a.py", "build (a.py", "attn (m.py"]),
+            200,
+        );
+        let (_, t) = same_since(
+            Some((s, t)),
+            frames(&["main (a.py", "build (a.py", "mlp (m.py"]),
+            210,
+        );
+        assert_eq!(t, 210);
+        let (s, t) = same_since(None, native("spin_wait"), 70);
+        let (_, t) = same_since(Some((s, t)), native("load_weights"), 80);
+        assert_eq!(t, 80);
     }
 
     #[test]
