@@ -43,22 +43,14 @@ def worker():
     sys.path.insert(0, HERE)
     import torch
     import serve_bench as sb
+    from torch_bench import capture_adds
 
     model, cfg = sb.build()
     prompt = torch.randint(0, cfg.vocab_size, (sb.BATCH, sb.PROMPT), device="cuda")
     sb.generate(model, prompt)  # warm-up: allocator, cuBLAS handles, lazy module loads
     g, _, _ids = sb.graph_step(model, cfg)
     x = torch.zeros(256, device="cuda")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            x.add_(1.0)
-    torch.cuda.current_stream().wait_stream(s)
-    lg = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(lg):
-        for _ in range(100):
-            x.add_(1.0)
+    lg = capture_adds(x)
     for _ in range(20):
         g.replay()
         lg.replay()
@@ -76,13 +68,8 @@ def worker():
         dt = time.perf_counter() - t0
         r["eager_tok_s"] = sb.DECODE_TOKENS * sb.BATCH / dt
         r["eager_cpu_ms_per_step"] = (time.thread_time() - c0) * 1e3 / sb.DECODE_TOKENS
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < graph_s:
-            for _ in range(20):
-                g.replay()
-            torch.cuda.synchronize()
-            n += 20
-        r["graph_steps_s"] = n / (time.perf_counter() - t0)
+        r["graph_steps_s"] = 1 / timed(graph_s, 20, g.replay)
+        # Inline, not through `timed`: a Python call per op would add to what is measured.
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < loop_s:
             for _ in range(1000):
@@ -90,14 +77,22 @@ def worker():
             torch.cuda.synchronize()
             n += 1000
         r["loop_eager_ns"] = (time.perf_counter() - t0) / n * 1e9
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < loop_s:
-            for _ in range(10):
-                lg.replay()
-            torch.cuda.synchronize()
-            n += 1000
-        r["loop_graph_ns"] = (time.perf_counter() - t0) / n * 1e9
+        r["loop_graph_ns"] = timed(loop_s, 10, lg.replay) / 100 * 1e9
         print(json.dumps(r), flush=True)
+
+
+def timed(seconds, per_sync, step):
+    """Seconds per `step`, run in groups of `per_sync` with a synchronize after each group,
+    for about `seconds`."""
+    import torch
+
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(per_sync):
+            step()
+        torch.cuda.synchronize()
+        n += per_sync
+    return (time.perf_counter() - t0) / n
 
 
 def side_env(side, new):

@@ -6,29 +6,17 @@ CPU thread writes the flag after RELEASE_S seconds, so the GPU is never left wed
 """
 import os
 import sys
-import threading
 import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_wedge import HostPointer, spin_on_flag  # noqa: E402
+from torch_wedge import wedge  # noqa: E402
 
 
 def main():
     release_s = float(sys.argv[1]) if len(sys.argv) > 1 else 12.0
-    flag = torch.zeros(1, dtype=torch.int32).pin_memory()
-    out = torch.zeros(1, dtype=torch.int32, device="cuda")
-    x = torch.zeros(1024, device="cuda")
-    x.add_(1.0)
-    torch.cuda.synchronize()
-
-    def release():
-        time.sleep(release_s)
-        flag[0] = 1
-
-    threading.Thread(target=release, daemon=True).start()
-    spin_on_flag[(1,)](HostPointer(flag), out)
+    wedge(release_s, "sync_wedge")
     print("sync_wedge: kernel launched, synchronizing", flush=True)
     t0 = time.monotonic()
     torch.cuda.synchronize()

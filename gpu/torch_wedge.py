@@ -34,9 +34,10 @@ class HostPointer:
         return self.t.data_ptr()
 
 
-def main():
-    release_s = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
-    ops = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
+def wedge(release_s, who):
+    """Launches `spin_on_flag` on the current stream after one small op, with a CPU thread
+    that releases it after `release_s` seconds. Returns (x, out): a 1024-float tensor that
+    holds 1.0, and where the kernel writes the flag."""
     flag = torch.zeros(1, dtype=torch.int32).pin_memory()
     out = torch.zeros(1, dtype=torch.int32, device="cuda")
     x = torch.zeros(1024, device="cuda")
@@ -46,11 +47,18 @@ def main():
     def release():
         time.sleep(release_s)
         flag[0] = 1
-        print("torch_wedge: released", file=sys.stderr, flush=True)
+        print(f"{who}: released", file=sys.stderr, flush=True)
 
     threading.Thread(target=release, daemon=True).start()
-    t0 = time.monotonic()
     spin_on_flag[(1,)](HostPointer(flag), out)
+    return x, out
+
+
+def main():
+    release_s = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    ops = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
+    x, out = wedge(release_s, "torch_wedge")
+    t0 = time.monotonic()  # the launch is asynchronous: this is when the kernel was queued
     print(f"torch_wedge: wedged, issuing {ops} ops", file=sys.stderr, flush=True)
     for _ in range(ops):
         x.add_(1.0)  # blocks in the launch once the queue is full

@@ -224,21 +224,10 @@ fn watch_finds_a_host_stall_from_before_attach_in_its_first_window() {
 #[test]
 fn a_python_process_blocked_in_a_launch_shows_its_python_frames() {
     require_root!();
-    let script =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
-    let lib = wp_tests::sim_dir().join("libcuda.so.1");
-    let mut child = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(&lib)
-        .env("SIMCUDA_RELEASE_AFTER_S", "10")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("python3");
+    let w = Worker::python(&[], &[("SIMCUDA_RELEASE_AFTER_S", "10")]);
     sleep(secs(2.0));
-    let r = report_json(&["--pid", &child.id().to_string()]);
-    let _ = child.kill();
-    let _ = child.wait();
+    let r = report_json(&["--pid", &w.pid_arg()]);
+    drop(w);
     let t = r["threads"]
         .as_array()
         .unwrap()
@@ -261,21 +250,10 @@ fn a_python_process_blocked_in_a_launch_shows_its_python_frames() {
 #[test]
 fn a_python_host_stall_is_named_by_its_python_frames() {
     require_root!();
-    let script =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
-    let lib = wp_tests::sim_dir().join("libcuda.so.1");
-    let mut child = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(&lib)
-        .args(["handshake", "20"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("python3");
+    let w = Worker::python(&["handshake", "20"], &[]);
     sleep(secs(3.5));
-    let r = report_json(&["--pid", &child.id().to_string(), "--stall-after", "2s"]);
-    let _ = child.kill();
-    let _ = child.wait();
+    let r = report_json(&["--pid", &w.pid_arg(), "--stall-after", "2s"]);
+    drop(w);
     assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
     let py: Vec<&str> = r["host_stalls"][0]["threads"][0]["python_stack"]
         .as_array()
@@ -298,33 +276,26 @@ fn a_python_host_stall_is_named_by_its_python_frames() {
 #[test]
 fn a_process_busy_building_its_model_is_not_a_host_stall() {
     require_root!();
-    let script =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
-    let lib = wp_tests::sim_dir().join("libcuda.so.1");
     // With the shim the journal dates the GPU's silence (the rule for spinners that idled
     // first); without it the thread's whole life is busy. Neither makes it a stall.
+    let shim_lib = shim_path();
     for shim in [false, true] {
-        let mut cmd = std::process::Command::new("python3");
-        cmd.arg(&script)
-            .arg(&lib)
-            .args(["build", "20"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        if shim {
-            cmd.env("CUDA_INJECTION64_PATH", shim_path());
-        }
-        let mut child = cmd.spawn().expect("python3");
+        let env: &[(&str, &str)] = if shim {
+            &[("CUDA_INJECTION64_PATH", &shim_lib)]
+        } else {
+            &[]
+        };
+        let w = Worker::python(&["build", "20"], env);
         sleep(secs(3.5));
         let r = report_json(&[
             "--pid",
-            &child.id().to_string(),
+            &w.pid_arg(),
             "--stall-after",
             "2s",
             "--window",
             "3s",
         ]);
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(w);
         assert_ne!(
             r["verdict"]["kind"], "host_stall",
             "shim {shim}: {}",
@@ -346,23 +317,16 @@ fn a_process_busy_building_its_model_is_not_a_host_stall() {
 #[test]
 fn a_spinner_that_idled_first_is_a_host_stall_when_the_journal_dates_the_silence() {
     require_root!();
-    let script =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
-    let lib = wp_tests::sim_dir().join("libcuda.so.1");
-    let mut child = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(&lib)
-        .args(["handshake", "20"])
-        .env("PY_SLEEP_FIRST_S", "4")
-        .env("CUDA_INJECTION64_PATH", shim_path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("python3");
+    let w = Worker::python(
+        &["handshake", "20"],
+        &[
+            ("PY_SLEEP_FIRST_S", "4"),
+            ("CUDA_INJECTION64_PATH", &shim_path()),
+        ],
+    );
     sleep(secs(6.5));
-    let r = report_json(&["--pid", &child.id().to_string(), "--stall-after", "3s"]);
-    let _ = child.kill();
-    let _ = child.wait();
+    let r = report_json(&["--pid", &w.pid_arg(), "--stall-after", "3s"]);
+    drop(w);
     assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
     let stall = &r["host_stalls"][0];
     assert_eq!(stall["gpu_evidence"], "journal", "{stall}");

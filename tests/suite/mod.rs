@@ -74,6 +74,24 @@ impl Worker {
         }
     }
 
+    /// `simcuda/py_launcher.py` on the simulated libcuda: a CPython process (its mode in
+    /// `args`: none, `handshake [S]`, `build [S]`).
+    pub fn python(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
+        let mut cmd = Command::new("python3");
+        cmd.arg(script)
+            .arg(wp_tests::sim_dir().join("libcuda.so.1"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self {
+            child: cmd.spawn().expect("failed to start python3"),
+        }
+    }
+
     pub fn spawn_path(path: PathBuf, args: &[&str]) -> Self {
         let child = Command::new(path)
             .args(args)

@@ -68,6 +68,10 @@ pub struct SpinningThread {
     pub python_stack: Option<Vec<String>>,
 }
 
+/// How long after attach a thread on a core has its stack compared before a second CPU
+/// reading (once a second) says whether it is busy.
+const UNCONFIRMED_NS: u64 = 2_000_000_000;
+
 /// A process's Python stacks by thread (`process::pystack::stacks`).
 type PythonStacks = HashMap<u32, Vec<String>>;
 
@@ -119,7 +123,7 @@ impl StackCache {
 pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) -> Vec<HostStall> {
     let after = after_ns;
     let mut out = Vec::new();
-    let mut touched = Vec::new();
+    let mut touched = std::collections::HashSet::new();
     for (&pid, p) in &model.procs {
         // Without a journal, quiet since attach is all that can be known of the GPU; the
         // threads' spin (dated from their life at the first reading) carries the duration.
@@ -149,17 +153,28 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
         // pair was reported healthy 22 s in).
         let quiet_known =
             p.progress_known_before_attach && now_ns.saturating_sub(p.last_progress_ns) >= after;
-        let on_cpu_since_attach = |t: &crate::model::ThreadState| {
-            t.last_sample
-                .as_ref()
-                .is_some_and(|(at, ..)| *at >= p.attached_ns)
+        // Reported: confirmed busy by a second CPU reading, for `stall_after` or (journal) all
+        // the time watched.
+        let reportable = |t: &crate::model::ThreadState| {
+            t.busy_since_ns != 0 && (quiet_known || busy_for(t).is_some_and(|d| d >= after))
+        };
+        // Stacks compared: those, and — until the second reading can have come — every thread
+        // on a core since attach, so a spinner's count is already running when it comes. Not
+        // later: a quiet process idling between requests would have its Python stacks read
+        // every tick for threads that never turn out busy.
+        let first_readings = now_ns.saturating_sub(p.attached_ns) < UNCONFIRMED_NS;
+        let tracked = |t: &crate::model::ThreadState| {
+            busy_for(t).is_some_and(|d| d >= after)
+                || (quiet_known
+                    && (t.busy_since_ns != 0 || first_readings)
+                    && t.last_sample
+                        .as_ref()
+                        .is_some_and(|(at, ..)| *at >= p.attached_ns))
         };
         let mut threads: Vec<SpinningThread> = p
             .threads
             .iter()
-            .filter(|(_, t)| {
-                busy_for(t).is_some_and(|d| d >= after) || (quiet_known && on_cpu_since_attach(t))
-            })
+            .filter(|(_, t)| tracked(t))
             .map(|(&tid, t)| SpinningThread {
                 tid,
                 name: t.name.clone(),
@@ -203,14 +218,13 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
                 let old = stacks.same_since.remove(&(pid, t.tid));
                 let (keep, since) = same_since(old, sig, now_ns);
                 stacks.same_since.insert((pid, t.tid), (keep, since));
-                touched.push((pid, t.tid));
+                touched.insert((pid, t.tid));
                 t.same_stack_ms = now_ns.saturating_sub(since) as f64 / 1e6;
             }
             // Reported once a second reading confirms the thread busy, and its stack stayed.
             threads.retain(|t| {
-                p.threads.get(&t.tid).is_some_and(|s| {
-                    s.busy_since_ns != 0 && (quiet_known || busy_for(s).is_some_and(|d| d >= after))
-                }) && t.same_stack_ms * 1e6 >= SPIN_CONFIRM_NS as f64
+                p.threads.get(&t.tid).is_some_and(reportable)
+                    && t.same_stack_ms * 1e6 >= SPIN_CONFIRM_NS as f64
             });
         }
         if !threads.is_empty() {
