@@ -33,6 +33,17 @@ fn cluster16(c: [u32; 3]) -> [u16; 4] {
 /// the table nearly full.
 const MAX_PROBE: u32 = 128;
 
+/// In-flight slots probed from a launch's sequential home (`correlation % cap`) before its
+/// hashed home. Consecutive launches then write consecutive slots, which the cache and TLB
+/// already hold: a hashed home alone made every launch's slot a cache miss — 53% of the
+/// writer's time on the simulated driver (perf), a bigger share of the ~350 ns a launch
+/// cost on the H200 (BENCHMARKS.md, session 8). The hashed second home keeps a long held
+/// run (a stuck kernel's queue, ~1,000 launches) from pushing later launches past the
+/// probe limit: they go round it.
+const SEQ_PROBE: u32 = 8;
+/// A prime larger than any held run the probe limit could cross.
+const HASHED_STEP: u64 = 5003;
+
 /// A launch as the callback saw it: the in-flight slot's own fields (`seq` is ignored).
 pub use probe_common::journal::InflightSlot as Launch;
 
@@ -59,6 +70,10 @@ pub struct Writer {
     /// slot whose launch a passed mark has retired: without per-kernel completions nothing
     /// else frees slots, and a launch-bound loop makes ~100k launches a second.
     marks_done: core::sync::atomic::AtomicPtr<AtomicU64>,
+    /// The highest progress value seen per mark word, in ordinary process memory: whether a
+    /// slot's old launch is retired is usually answered here. The pinned word itself is
+    /// written by the GPU over PCIe, so reading it after each mark is a cache miss.
+    done_seen: Box<[AtomicU64]>,
 }
 
 // SAFETY: every access through `base` is atomic; the memory outlives the writer (contract of
@@ -85,6 +100,7 @@ impl Writer {
             layout,
             orphans: AtomicU64::new(0),
             marks_done: core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()),
+            done_seen: (0..layout.marks_cap).map(|_| AtomicU64::new(0)).collect(),
         };
         let header = layout.header(pid, mono_ns, real_ns);
         let words = size_of::<Header>() / 8;
@@ -216,6 +232,21 @@ impl Writer {
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % cap
     }
 
+    /// The in-flight slots a launch may occupy, in the order they are tried: `SEQ_PROBE` from
+    /// its sequential home, then `MAX_PROBE` from its hashed one, `HASHED_STEP` apart — a
+    /// held run is contiguous (a stuck queue took consecutive slots), and stepping by one
+    /// from a hashed home inside it would not leave it. Writers and finders walk the same
+    /// sequence.
+    fn inflight_probes(&self, correlation: u64) -> impl Iterator<Item = u32> + use<> {
+        let cap = self.layout.inflight_cap;
+        let seq = (correlation % cap as u64) as u32;
+        let hashed = self.home(correlation, cap);
+        (0..cap.min(SEQ_PROBE)).map(move |k| (seq + k) % cap).chain(
+            (0..cap.min(MAX_PROBE))
+                .map(move |k| ((hashed as u64 + k as u64 * HASHED_STEP) % cap as u64) as u32),
+        )
+    }
+
     /// Records a launch: an in-flight slot (until its completion) and a ring record.
     /// Returns false (counted) if the in-flight table has no room near its home slot.
     pub fn launch(&self, l: &Launch) -> bool {
@@ -237,10 +268,8 @@ impl Writer {
         if l.correlation == 0 {
             return false;
         }
-        let cap = self.layout.inflight_cap;
-        let home = self.home(l.correlation, cap);
-        for k in 0..cap.min(MAX_PROBE) {
-            let off = self.inflight_off((home + k) % cap);
+        for i in self.inflight_probes(l.correlation) {
+            let off = self.inflight_off(i);
             let corr = self.word(off + offset_of!(InflightSlot, correlation) as u64);
             let held = corr.load(Relaxed);
             if held != 0 && !self.retired_by_mark(off, held) {
@@ -306,7 +335,23 @@ impl Writer {
         let mark = self
             .half(off + offset_of!(InflightSlot, mark) as u64)
             .load(Relaxed);
-        mark != 0 && self.mark_done(mark - 1) >= correlation
+        mark != 0 && self.mark_passed(mark - 1, correlation)
+    }
+
+    /// Whether mark word `i` has passed `correlation`: from `done_seen` when it says so, else
+    /// from the pinned word (and `done_seen` catches up).
+    fn mark_passed(&self, i: u32, correlation: u64) -> bool {
+        let Some(seen) = self.done_seen.get(i as usize) else {
+            return false;
+        };
+        if seen.load(Relaxed) >= correlation {
+            return true;
+        }
+        let done = self.mark_done(i);
+        if done > seen.load(Relaxed) {
+            seen.fetch_max(done, Relaxed);
+        }
+        done >= correlation
     }
 
     /// Finds the in-flight slot of `correlation` (None if it left the table).
@@ -314,10 +359,8 @@ impl Writer {
         if correlation == 0 {
             return None;
         }
-        let cap = self.layout.inflight_cap;
-        let home = self.home(correlation, cap);
-        (0..cap.min(MAX_PROBE))
-            .map(|k| self.inflight_off((home + k) % cap))
+        self.inflight_probes(correlation)
+            .map(|i| self.inflight_off(i))
             .find(|&off| {
                 self.word(off + offset_of!(InflightSlot, correlation) as u64)
                     .load(Acquire)
@@ -384,10 +427,8 @@ impl Writer {
         if correlation == 0 {
             return None;
         }
-        let cap = self.layout.inflight_cap;
-        let home = self.home(correlation, cap);
-        for k in 0..cap.min(MAX_PROBE) {
-            let off = self.inflight_off((home + k) % cap);
+        for i in self.inflight_probes(correlation) {
+            let off = self.inflight_off(i);
             let corr = self.word(off + offset_of!(InflightSlot, correlation) as u64);
             if corr.load(Acquire) != correlation {
                 continue;
@@ -580,5 +621,108 @@ impl Writer {
         }
         self.count_drop(drops::NAMES_FULL);
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer over zeroed process memory (the journal's layout, no file).
+    fn writer(mem: &mut Vec<u64>) -> Writer {
+        let layout = Layout::DEFAULT;
+        *mem = vec![0u64; (layout.total_size() as usize).div_ceil(8)];
+        let base = NonNull::from(&mut mem[0]).cast::<u8>();
+        // SAFETY: 8-aligned, zeroed, long enough; `mem` outlives the writer in each test.
+        unsafe { Writer::create(base, layout, 1, 1, 1) }
+    }
+
+    fn launch(correlation: u64, mark: u32) -> Launch {
+        Launch {
+            correlation,
+            name_id: 1,
+            launch_ns: correlation,
+            mark,
+            ..Launch::default()
+        }
+    }
+
+    fn drops(w: &Writer, which: usize) -> u64 {
+        w.word((offset_of!(Header, drops) + which * 8) as u64)
+            .load(Relaxed)
+    }
+
+    #[test]
+    fn consecutive_launches_take_consecutive_slots_and_are_found_again() {
+        let mut mem = Vec::new();
+        let w = writer(&mut mem);
+        for c in 1..=100 {
+            assert!(w.launch(&launch(c, 0)));
+        }
+        let slot = |c: u64| {
+            w.find_inflight(c)
+                .map(|off| (off - w.layout.inflight_off()) / size_of::<InflightSlot>() as u64)
+        };
+        assert!(slot(41).is_some());
+        assert_eq!(
+            slot(41).map(|i| i + 1),
+            slot(42),
+            "not laid out in launch order"
+        );
+        for c in 1..=100 {
+            assert!(w.take_inflight(c, false).is_some(), "launch {c} not found");
+        }
+        assert!(w.find_inflight(7).is_none());
+    }
+
+    #[test]
+    fn a_stuck_queue_longer_than_the_probe_limit_does_not_crowd_out_later_launches() {
+        let mut mem = Vec::new();
+        let w = writer(&mut mem);
+        let cap = w.layout.inflight_cap as u64;
+        // A stuck kernel and 1,500 launches queued behind it: never retired (no mark).
+        for c in 1..=1_500 {
+            assert!(w.launch(&launch(c, 0)));
+        }
+        // Another stream keeps launching; its mark passes everything it launched, so its own
+        // slots are reused, and its homes come round to the held run again and again.
+        let words = vec![0u64; w.layout.marks_cap as usize];
+        // SAFETY: marks_cap u64s, 8-aligned, outliving the writer here, accessed atomically.
+        unsafe { w.set_mark_words(words.as_ptr().cast_mut()) };
+        let done = |v: u64| {
+            // SAFETY: index 0 of the words above.
+            unsafe { AtomicU64::from_ptr(words.as_ptr().cast_mut()) }.store(v, Relaxed)
+        };
+        for c in 1_501..1_501 + 3 * cap {
+            assert!(w.launch(&launch(c, 1)), "launch {c} found no slot");
+            done(c);
+        }
+        assert_eq!(drops(&w, drops::INFLIGHT_FULL), 0);
+        for c in 1..=1_500 {
+            assert!(w.find_inflight(c).is_some(), "held launch {c} lost");
+        }
+    }
+
+    #[test]
+    fn a_slot_is_reused_only_once_its_mark_passed() {
+        let mut mem = Vec::new();
+        let w = writer(&mut mem);
+        let cap = w.layout.inflight_cap as u64;
+        let words = vec![0u64; w.layout.marks_cap as usize];
+        // SAFETY: as above.
+        unsafe { w.set_mark_words(words.as_ptr().cast_mut()) };
+        let word = || {
+            // SAFETY: index 0 of the words above.
+            unsafe { AtomicU64::from_ptr(words.as_ptr().cast_mut()) }
+        };
+        assert!(w.launch(&launch(5, 1)));
+        // Launch 5 + cap has 5's home; 5 is not retired, so it goes elsewhere.
+        assert!(w.launch(&launch(5 + cap, 1)));
+        assert!(w.find_inflight(5).is_some());
+        // The mark passes 5 (the cache has not seen it yet: read from the word).
+        word().store(5, Relaxed);
+        assert!(w.launch(&launch(5 + 2 * cap, 1)));
+        assert!(w.find_inflight(5).is_none(), "retired launch kept its slot");
+        assert_eq!(w.done_seen[0].load(Relaxed), 5);
     }
 }

@@ -27,6 +27,7 @@ use probe_common::api;
 
 use crate::{
     code_patch,
+    handle_cache::HandleCache,
     journal::Launch,
     recorder::{self, monotonic_ns},
 };
@@ -150,8 +151,14 @@ type GraphFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
 
 /// Whether the hooks record launches now (CUPTI's launch callbacks are then off).
 pub fn recording() -> bool {
-    ACTIVE.load(Ordering::Relaxed) && !PASS.load(Ordering::Relaxed)
+    ACTIVE.load(Ordering::Relaxed)
+        && !PASS.load(Ordering::Relaxed)
+        && !MEASURE_PASS.load(Ordering::Relaxed)
 }
+
+/// Measurement switch `WEDGEPROBE_SHIM_MEASURE=pass` (`crate::measure`): the hooks stay in
+/// place and pass every launch through unrecorded, to price the detour alone.
+pub static MEASURE_PASS: AtomicBool = AtomicBool::new(false);
 
 static TRIED: AtomicBool = AtomicBool::new(false);
 
@@ -293,32 +300,23 @@ pub fn remove() {
 }
 
 thread_local! {
-    /// Launched functions' name ids by handle: (handle, epoch, name id).
-    static NAMES: [Cell<(usize, u64, u32)>; 64] = const { [const { Cell::new((0, 0, 0)) }; 64] };
-    /// Streams' ids by (handle, per-thread flag): (key, epoch, stream id).
-    static STREAMS: [Cell<(usize, u64, u32)>; 16] = const { [const { Cell::new((0, 0, 0)) }; 16] };
-    /// Executable graphs' ids: (handle, epoch, graph id).
-    static GRAPHS: [Cell<(usize, u64, u32)>; 16] = const { [const { Cell::new((0, 0, 0)) }; 16] };
+    /// Launched functions' name ids by handle (tag: epoch).
+    static NAMES: HandleCache<256> = const { HandleCache::new() };
+    /// Streams' ids by (handle, per-thread flag) (tag: epoch).
+    static STREAMS: HandleCache<32> = const { HandleCache::new() };
+    /// Executable graphs' ids by handle (tag: epoch).
+    static GRAPHS: HandleCache<32> = const { HandleCache::new() };
 }
 
-/// A per-thread cache lookup: `make` runs on a miss (its 0 is not cached).
-/// A per-thread cache: (handle, epoch, value) per entry.
-type Cache<const N: usize> = std::thread::LocalKey<[Cell<(usize, u64, u32)>; N]>;
-
-fn cached<const N: usize>(cache: &'static Cache<N>, key: usize, make: impl FnOnce() -> u32) -> u32 {
+/// A per-thread cache lookup under the current epoch: `make` runs on a miss (its 0 is not
+/// cached).
+fn cached<const N: usize>(
+    cache: &'static std::thread::LocalKey<HandleCache<N>>,
+    key: usize,
+    make: impl FnOnce() -> u32,
+) -> u32 {
     let epoch = EPOCH.load(Ordering::Acquire);
-    let i = (key >> 4) % N;
-    cache.with(|c| {
-        let (k, e, v) = c[i].get();
-        if k == key && e == epoch {
-            return v;
-        }
-        let v = make();
-        if v != 0 {
-            c[i].set((key, epoch, v));
-        }
-        v
-    })
+    cache.with(|c| c.get_or(key, epoch, make))
 }
 
 /// The mangled name of a launched function (a `CUfunction`, or a `CUkernel` passed as one).
@@ -390,10 +388,12 @@ fn before(
         entry,
         Entry::LaunchPtsz | Entry::LaunchExPtsz | Entry::CooperativePtsz | Entry::GraphPtsz
     ));
+    let mut phases = crate::self_cost::Phases::start();
     let correlation = rec.next_correlation();
     let now = monotonic_ns();
     let api = API[i].load(Ordering::Relaxed) as u32;
     rec.api_enter(api, correlation, now);
+    phases.next(crate::self_cost::Phase::Enter);
     let ctx = current_context();
     (resolve.context)(ctx);
     let stream_id = cached(
@@ -412,6 +412,7 @@ fn before(
         )
     };
     let stream = crate::marks::stream_handle(stream as u64, per_thread != 0);
+    phases.next(crate::self_cost::Phase::Resolve);
     rec.launch_named(
         name_id,
         Launch {
@@ -429,13 +430,16 @@ fn before(
         },
         ctx as u64,
     );
+    phases.next(crate::self_cost::Phase::Record);
     true
 }
 
 fn after(recorded: bool, result: u32) {
     INSIDE.with(|i| i.set(false));
     if recorded && let Some(rec) = recorder::get() {
+        let mut phases = crate::self_cost::Phases::start();
         rec.api_exit(result == 0);
+        phases.next(crate::self_cost::Phase::Exit);
     }
 }
 
@@ -453,6 +457,14 @@ fn guarded_before(
 
 fn guarded_after(recorded: bool, result: u32) {
     let _ = std::panic::catch_unwind(|| after(recorded, result));
+}
+
+/// `crate::self_cost`: a recorded launch's time in the shim, before and after the driver's call.
+fn self_timed(recorded: bool, t0: Option<u64>, t1: Option<u64>, t2: Option<u64>) {
+    if let (true, Some(t0), Some(t1), Some(t2)) = (recorded, t0, t1, t2) {
+        let t3 = crate::self_cost::tsc();
+        crate::self_cost::launch(t1.wrapping_sub(t0).wrapping_add(t3.wrapping_sub(t2)));
+    }
 }
 
 fn original(entry: Entry) -> usize {
@@ -475,6 +487,7 @@ macro_rules! launch_hook {
             params: *mut *mut c_void,
             $($tail: *mut *mut c_void,)*
         ) -> u32 {
+            let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
             let rec = guarded_before(
                 $entry,
                 f,
@@ -483,6 +496,7 @@ macro_rules! launch_hook {
                 stream,
                 std::ptr::null_mut(),
             );
+            let t1 = t0.map(|_| crate::self_cost::tsc());
             let original = original($entry);
             // SAFETY: the trampoline to the original, which has this signature.
             let r = unsafe {
@@ -490,7 +504,9 @@ macro_rules! launch_hook {
                     f, gx, gy, gz, bx, by, bz, shmem, stream, params $(, $tail)*
                 )
             };
+            let t2 = t0.map(|_| crate::self_cost::tsc());
             guarded_after(rec, r);
+            self_timed(rec, t0, t1, t2);
             r
         }
     };
@@ -504,6 +520,7 @@ macro_rules! launch_ex_hook {
             params: *mut *mut c_void,
             extra: *mut *mut c_void,
         ) -> u32 {
+            let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
             // SAFETY: the caller's config, valid for the call (null is the driver's to refuse).
             let rec = match unsafe { config.as_ref() } {
                 Some(c) => guarded_before(
@@ -516,11 +533,14 @@ macro_rules! launch_ex_hook {
                 ),
                 None => false,
             };
+            let t1 = t0.map(|_| crate::self_cost::tsc());
             // SAFETY: the trampoline to the original, which has this signature.
             let r = unsafe {
                 std::mem::transmute::<usize, LaunchExFn>(original($entry))(config, f, params, extra)
             };
+            let t2 = t0.map(|_| crate::self_cost::tsc());
             guarded_after(rec, r);
+            self_timed(rec, t0, t1, t2);
             r
         }
     };
@@ -529,11 +549,15 @@ macro_rules! launch_ex_hook {
 macro_rules! graph_hook {
     ($name:ident, $entry:expr) => {
         unsafe extern "C" fn $name(exec: *mut c_void, stream: *mut c_void) -> u32 {
+            let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
             let rec = guarded_before($entry, std::ptr::null_mut(), [0; 3], [0; 3], stream, exec);
+            let t1 = t0.map(|_| crate::self_cost::tsc());
             let original = original($entry);
             // SAFETY: the trampoline to the original, which has this signature.
             let r = unsafe { std::mem::transmute::<usize, GraphFn>(original)(exec, stream) };
+            let t2 = t0.map(|_| crate::self_cost::tsc());
             guarded_after(rec, r);
+            self_timed(rec, t0, t1, t2);
             r
         }
     };

@@ -51,7 +51,7 @@ use std::{
     },
 };
 
-use crate::{driver, journal::Writer};
+use crate::{driver, journal::Writer, self_cost::Reason};
 
 /// `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP` (cuda.h).
 const HOST_ALLOC_FLAGS: u32 = 0x01 | 0x02;
@@ -60,8 +60,12 @@ pub const STREAM_PER_THREAD: u64 = 0x2;
 /// `CU_STREAM_LEGACY`: the legacy default stream (as is the null handle).
 pub const STREAM_LEGACY: u64 = 0x1;
 
-/// Defaults, from the H200 measurements in BENCHMARKS.md: a mark per 8 launches costs
-/// ~0.1 µs per launch; 100 µs bounds a stream's marks to ~0.8% of one thread's time.
+/// Defaults. Measured on the H200 (BENCHMARKS.md, session 8): a mark's stream write costs the
+/// launching thread ~1.8 µs (not the 0.8 assumed when these were chosen), and in eager decode
+/// (launches ~17 µs apart) the 100 µs bound fires every ~6 launches: 0.18 marks a launch,
+/// ~1.9% of the step. Sparser marks (32 / 500 µs) cut that 3.6× but lost the exact name of a
+/// kernel launched < 500 µs after two others (the simulated launch shape): kept at 8 / 100 µs
+/// until marks get cheaper (an event record costs ~0.14 µs).
 pub const DEFAULT_EVERY: u32 = 8;
 pub const DEFAULT_US: u32 = 100;
 
@@ -163,6 +167,8 @@ pub struct Pending {
     pub slot: u32,
     pub stream: u64,
     pub mark_after: bool,
+    /// Why `mark_after` (`crate::self_cost`, measurement only).
+    pub reason: Reason,
     pub now_ns: u64,
 }
 
@@ -253,7 +259,7 @@ impl Marks {
         // before the gap is unmarked, so at most two marks per gap of `us`.
         let after_gap = last != 0 && last > s.last_marked.load(Relaxed) && gap >= self.every_ns;
         if after_gap {
-            self.mark(writer, s, slot, stream, last, now_ns);
+            self.mark(writer, s, (slot, stream), last, (now_ns, Reason::Gap));
         }
         // The first launch after this thread's synchronize too: the synchronize retired
         // everything before it, so a mark right after it gives it a window of its own — on
@@ -262,14 +268,22 @@ impl Marks {
         // about this thread's launches in flight around it.
         let after_sync =
             tid != 0 && s.synced_by.load(Relaxed) == tid && s.synced_by.swap(0, Relaxed) == tid;
-        let mark_after = after_gap
-            || after_sync
-            || s.since_mark.load(Relaxed) + 1 >= self.every
-            || now_ns.saturating_sub(s.last_mark_ns.load(Relaxed)) >= self.every_ns;
+        let reason = if after_gap {
+            Some(Reason::AfterGap)
+        } else if after_sync {
+            Some(Reason::AfterSync)
+        } else if s.since_mark.load(Relaxed) + 1 >= self.every {
+            Some(Reason::Every)
+        } else if now_ns.saturating_sub(s.last_mark_ns.load(Relaxed)) >= self.every_ns {
+            Some(Reason::Period)
+        } else {
+            None
+        };
         Pending {
             slot,
             stream,
-            mark_after,
+            mark_after: reason.is_some(),
+            reason: reason.unwrap_or_default(),
             now_ns,
         }
     }
@@ -364,7 +378,13 @@ impl Marks {
             if unsafe { set_current(ctx as *mut c_void) } != 0 {
                 continue;
             }
-            self.mark(writer, s, slot as u32, stream, last, now_ns);
+            self.mark(
+                writer,
+                s,
+                (slot as u32, stream),
+                last,
+                (now_ns, Reason::Idle),
+            );
         }
     }
 
@@ -381,9 +401,18 @@ impl Marks {
         s.last_corr.store(correlation, Relaxed);
         s.last_launch_ns.store(p.now_ns, Relaxed);
         if p.mark_after {
-            self.mark(writer, s, p.slot, p.stream, correlation, p.now_ns);
+            self.mark(
+                writer,
+                s,
+                (p.slot, p.stream),
+                correlation,
+                (p.now_ns, p.reason),
+            );
         } else {
-            s.since_mark.fetch_add(1, Relaxed);
+            // A load and a store, not a locked add: a stream is normally launched to by one
+            // thread, and a lost count only moves the next mark by a launch.
+            s.since_mark
+                .store(s.since_mark.load(Relaxed).saturating_add(1), Relaxed);
         }
         // Only now: the mark after the launch can wait for room in the queue too.
         s.launching.store(false, Relaxed);
@@ -395,6 +424,7 @@ impl Marks {
             writer,
             Pending {
                 mark_after: true,
+                reason: crate::self_cost::Reason::Graph,
                 ..p
             },
             correlation,
@@ -402,14 +432,15 @@ impl Marks {
         );
     }
 
+    /// Enqueues the mark of `correlation` on the stream of mark slot `slot` (`at`: when, and
+    /// why — the latter for `crate::self_cost`).
     fn mark(
         &self,
         writer: &Writer,
         s: &StreamState,
-        slot: u32,
-        stream: u64,
+        (slot, stream): (u32, u64),
         correlation: u64,
-        now_ns: u64,
+        (now_ns, reason): (u64, Reason),
     ) {
         let base = self.device_words.load(Acquire);
         let d = driver::driver();
@@ -433,6 +464,11 @@ impl Marks {
         if unsafe { capturing(stream as *mut c_void, &mut status) } != 0 || status != 0 {
             return;
         }
+        let t0 = if crate::self_cost::on() {
+            crate::self_cost::tsc()
+        } else {
+            0
+        };
         // SAFETY: a stream the process just launched on, a device address of our pinned
         // words (slot < marks_cap), no flags: a plain stream-ordered 64-bit write.
         let r = unsafe {
@@ -443,6 +479,9 @@ impl Marks {
                 0,
             )
         };
+        if t0 != 0 {
+            crate::self_cost::mark(reason, crate::self_cost::tsc().wrapping_sub(t0));
+        }
         if r != 0 {
             writer.count_drop(probe_common::journal::drops::MARK_FAILED);
             return;

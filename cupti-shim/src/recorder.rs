@@ -57,11 +57,11 @@ thread_local! {
     /// name (PyTorch's templated kernels' mangled names run to 200–300 bytes; FNV-1a over
     /// them costs about as much as the rest of the callback). Entries are checked against the
     /// name's length and first bytes, so a reused address with another name misses.
-    static NAME_CACHE: [Cell<(usize, u64, u32)>; NAME_CACHE_LEN] =
-        const { [const { Cell::new((0, 0, 0)) }; NAME_CACHE_LEN] };
+    static NAME_CACHE: crate::handle_cache::HandleCache<NAME_CACHE_SETS> =
+        const { crate::handle_cache::HandleCache::new() };
 }
 
-const NAME_CACHE_LEN: usize = 64;
+const NAME_CACHE_SETS: usize = 256;
 
 /// Entries of `Recorder::correlation_map` (power of two).
 const CORRELATION_MAP: usize = 1 << 16;
@@ -76,8 +76,13 @@ fn name_check(name: &[u8]) -> u64 {
 }
 
 pub fn monotonic_ns() -> u64 {
-    clock(libc::CLOCK_MONOTONIC)
+    clock(CLOCK.load(Ordering::Relaxed))
 }
+
+/// The clock `monotonic_ns` reads: CLOCK_MONOTONIC, or CLOCK_MONOTONIC_COARSE under the
+/// measurement switch `WEDGEPROBE_SHIM_MEASURE=coarse_clock` (`crate::measure`).
+pub static CLOCK: std::sync::atomic::AtomicI32 =
+    std::sync::atomic::AtomicI32::new(libc::CLOCK_MONOTONIC);
 
 fn clock(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
@@ -130,6 +135,9 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
 extern "C" fn remove_at_exit() {
     if let Some(line) = crate::launch_hooks::coverage_line() {
         crate::log_line(&line);
+    }
+    if let Some(line) = crate::self_cost::line() {
+        crate::log_line(line.as_bytes());
     }
     crate::launch_hooks::remove();
     if let Some(rec) = RECORDER.get() {
@@ -336,18 +344,7 @@ impl Recorder {
             return self.writer.intern(name);
         }
         let check = name_check(name);
-        let slot = (key >> 4) % NAME_CACHE_LEN;
-        NAME_CACHE.with(|cache| {
-            let (k, c, id) = cache[slot].get();
-            if k == key && c == check && id != 0 {
-                return id;
-            }
-            let id = self.writer.intern(name);
-            if id != 0 {
-                cache[slot].set((key, check, id));
-            }
-            id
-        })
+        NAME_CACHE.with(|cache| cache.get_or(key, check, || self.writer.intern(name)))
     }
 
     /// CUPTI created kernel node `node_id` in graph `graph_id`. Inside a launch call the node

@@ -1,0 +1,166 @@
+//! Measurement switch `WEDGEPROBE_SHIM_MEASURE=self_cost`: the shim times its own work on the
+//! launch path with the TSC and says at exit what a launch and a mark cost it, and why each
+//! mark was written. On the H200 VM a process's speed varies ±10–25% between processes and
+//! from one second to the next (BENCHMARKS.md, sessions 7–8), more than the shim's whole cost
+//! in a serving loop; the shim's own time, summed over every launch of a real run, is not
+//! drowned by that. What it leaves out: the detour's jump (priced in C, base vs `pass`) and
+//! any slowdown of the driver's own work after ours (cache lines we evicted).
+//!
+//! Off, it costs one relaxed load per hooked call.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+pub static ON: AtomicBool = AtomicBool::new(false);
+
+/// Why a mark was written (`Marks::mark`'s callers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reason {
+    /// Before the first launch after an idle gap (the launch before the gap).
+    #[default]
+    Gap,
+    /// After the first launch after an idle gap.
+    AfterGap,
+    /// After the thread's first launch since its synchronize.
+    AfterSync,
+    /// The stream's `every` launches since its last mark.
+    Every,
+    /// `us` since the stream's last mark.
+    Period,
+    /// After a graph launch (always).
+    Graph,
+    /// By the flush thread, the stream idle.
+    Idle,
+}
+
+const REASONS: usize = 7;
+const NAMES: [&str; REASONS] = [
+    "before a gap",
+    "after a gap",
+    "after a sync",
+    "every N",
+    "period",
+    "graph launch",
+    "idle",
+];
+
+/// Where a recorded launch's time goes (`Phases`).
+#[derive(Clone, Copy)]
+pub enum Phase {
+    /// Correlation id, clock, the thread's "inside" slot.
+    Enter,
+    /// Context, stream id, kernel name (per-thread caches).
+    Resolve,
+    /// The mark decision, the ring record, the in-flight slot.
+    Record,
+    /// After the driver's call: the thread's slot cleared, the mark after (its stream write
+    /// is in the mark figures too).
+    Exit,
+}
+
+const PHASES: usize = 4;
+const PHASE_NAMES: [&str; PHASES] = ["enter", "resolve", "record", "exit"];
+static PHASE_TICKS: [AtomicU64; PHASES] = [const { AtomicU64::new(0) }; PHASES];
+
+/// Phase timer: free when the switch is off (one relaxed load at `start`).
+pub struct Phases(u64);
+
+impl Phases {
+    #[inline]
+    pub fn start() -> Self {
+        Self(if on() { tsc() } else { 0 })
+    }
+
+    #[inline]
+    pub fn next(&mut self, phase: Phase) {
+        if self.0 != 0 {
+            let t = tsc();
+            PHASE_TICKS[phase as usize].fetch_add(t.wrapping_sub(self.0), Relaxed);
+            self.0 = tsc();
+        }
+    }
+}
+
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+static LAUNCH_TICKS: AtomicU64 = AtomicU64::new(0);
+static MARKS: [AtomicU64; REASONS] = [const { AtomicU64::new(0) }; REASONS];
+static MARK_TICKS: AtomicU64 = AtomicU64::new(0);
+static START_TSC: AtomicU64 = AtomicU64::new(0);
+static START_NS: AtomicU64 = AtomicU64::new(0);
+
+#[inline]
+pub fn on() -> bool {
+    ON.load(Relaxed)
+}
+
+#[inline]
+pub fn tsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: rdtsc has no preconditions.
+    unsafe {
+        core::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    crate::recorder::monotonic_ns()
+}
+
+pub fn enable() {
+    START_TSC.store(tsc(), Relaxed);
+    START_NS.store(crate::recorder::monotonic_ns(), Relaxed);
+    ON.store(true, Relaxed);
+}
+
+/// One hooked launch: `ticks` spent in the shim around the driver's call (marks included).
+pub fn launch(ticks: u64) {
+    LAUNCHES.fetch_add(1, Relaxed);
+    LAUNCH_TICKS.fetch_add(ticks, Relaxed);
+}
+
+/// One mark written, `ticks` in the driver's stream write.
+pub fn mark(reason: Reason, ticks: u64) {
+    MARKS[reason as usize].fetch_add(1, Relaxed);
+    MARK_TICKS.fetch_add(ticks, Relaxed);
+}
+
+/// The exit line.
+pub fn line() -> Option<String> {
+    if !on() {
+        return None;
+    }
+    let ticks = tsc().wrapping_sub(START_TSC.load(Relaxed)) as f64;
+    let ns = crate::recorder::monotonic_ns().saturating_sub(START_NS.load(Relaxed)) as f64;
+    let per_tick = if ticks > 0.0 { ns / ticks } else { 0.0 };
+    let launches = LAUNCHES.load(Relaxed);
+    let marks: u64 = MARKS.iter().map(|m| m.load(Relaxed)).sum();
+    let avg = |t: &AtomicU64, n: u64| {
+        if n == 0 {
+            0.0
+        } else {
+            t.load(Relaxed) as f64 * per_tick / n as f64
+        }
+    };
+    let reasons: Vec<String> = NAMES
+        .iter()
+        .zip(&MARKS)
+        .map(|(n, m)| format!("{} {n}", m.load(Relaxed)))
+        .collect();
+    let phases: Vec<String> = PHASE_NAMES
+        .iter()
+        .zip(&PHASE_TICKS)
+        .map(|(n, t)| format!("{n} {:.0}", avg(t, launches)))
+        .collect();
+    Some(format!(
+        "self cost: {launches} launches, {:.0} ns each in the shim (marks included; by phase, \
+         ns per launch: {}); {marks} marks ({:.3} per launch), {:.0} ns each in \
+         cuStreamWriteValue64 [{}]; over {:.1} s",
+        avg(&LAUNCH_TICKS, launches),
+        phases.join(", "),
+        if launches == 0 {
+            0.0
+        } else {
+            marks as f64 / launches as f64
+        },
+        avg(&MARK_TICKS, marks),
+        reasons.join(", "),
+        ns / 1e9
+    ))
+}
