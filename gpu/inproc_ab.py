@@ -19,7 +19,6 @@ import os
 import random
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -27,7 +26,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 
 import serve_bench as sb  # noqa: E402
-from serve_turns import timed  # noqa: E402
+from serve_turns import turn  # noqa: E402
 from torch_bench import capture_adds  # noqa: E402
 
 KEYS = [("eager_tok_s", True), ("eager_cpu_ms_per_step", False), ("graph_steps_s", True),
@@ -41,26 +40,6 @@ def switch():
     if f(0) != 0:
         sys.exit("inproc_ab: the shim's toggle is not enabled (WEDGEPROBE_SHIM_MEASURE=toggle)")
     return f
-
-
-def turn(model, prompt, g, x, lg, graph_s, loop_s):
-    r = {}
-    t0, c0 = time.perf_counter(), time.thread_time()
-    sb.generate(model, prompt)
-    torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    r["eager_tok_s"] = sb.DECODE_TOKENS * sb.BATCH / dt
-    r["eager_cpu_ms_per_step"] = (time.thread_time() - c0) * 1e3 / sb.DECODE_TOKENS
-    r["graph_steps_s"] = 1 / timed(graph_s, 20, g.replay)
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < loop_s:
-        for _ in range(1000):
-            x.add_(1.0)
-        torch.cuda.synchronize()
-        n += 1000
-    r["loop_eager_ns"] = (time.perf_counter() - t0) / n * 1e9
-    r["loop_graph_ns"] = timed(loop_s, 10, lg.replay) / 100 * 1e9
-    return r
 
 
 def main():
@@ -77,7 +56,7 @@ def main():
     lg = capture_adds(x)
     for state in ("on", "off"):
         pass_(int(state == "off"))
-        turn(model, prompt, g, x, lg, 0.2, 0.1)  # warm both states
+        turn(sb, model, prompt, g, x, lg, 0.2, 0.1)  # warm both states
     rng = random.Random(int(os.environ.get("AB_SEED", "7")))
     ratios = {k: [] for k, _ in KEYS}
     with open(out, "a") as f:
@@ -85,7 +64,7 @@ def main():
             got = {}
             for state in rng.sample(["on", "off"], 2):
                 pass_(int(state == "off"))
-                got[state] = turn(model, prompt, g, x, lg, graph_s, loop_s)
+                got[state] = turn(sb, model, prompt, g, x, lg, graph_s, loop_s)
                 f.write(json.dumps({"pid": os.getpid(), "label": os.environ.get("AB_LABEL", ""),
                                     "round": r, "state": state,
                                     **got[state]}) + "\n")

@@ -61,24 +61,34 @@ def worker():
         if not cmd or cmd[0] == "quit":
             break
         graph_s, loop_s = float(cmd[1]), float(cmd[2])
-        r = {}
-        t0, c0 = time.perf_counter(), time.thread_time()
-        sb.generate(model, prompt)
-        torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        r["eager_tok_s"] = sb.DECODE_TOKENS * sb.BATCH / dt
-        r["eager_cpu_ms_per_step"] = (time.thread_time() - c0) * 1e3 / sb.DECODE_TOKENS
-        r["graph_steps_s"] = 1 / timed(graph_s, 20, g.replay)
-        # Inline, not through `timed`: a Python call per op would add to what is measured.
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < loop_s:
-            for _ in range(1000):
-                x.add_(1.0)
-            torch.cuda.synchronize()
-            n += 1000
-        r["loop_eager_ns"] = (time.perf_counter() - t0) / n * 1e9
-        r["loop_graph_ns"] = timed(loop_s, 10, lg.replay) / 100 * 1e9
+        r = turn(sb, model, prompt, g, x, lg, graph_s, loop_s)
         print(json.dumps(r), flush=True)
+
+
+def turn(sb, model, prompt, g, x, lg, graph_s, loop_s):
+    """One turn: an eager generation (tok/s and CPU ms per step), the graph decode step `g`
+    replayed for `graph_s`, the launch-bound loop on `x` eager and as the 100-node graph `lg`
+    for `loop_s` each."""
+    import torch
+
+    r = {}
+    t0, c0 = time.perf_counter(), time.thread_time()
+    sb.generate(model, prompt)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    r["eager_tok_s"] = sb.DECODE_TOKENS * sb.BATCH / dt
+    r["eager_cpu_ms_per_step"] = (time.thread_time() - c0) * 1e3 / sb.DECODE_TOKENS
+    r["graph_steps_s"] = 1 / timed(graph_s, 20, g.replay)
+    # Inline, not through `timed`: a Python call per op would add to what is measured.
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < loop_s:
+        for _ in range(1000):
+            x.add_(1.0)
+        torch.cuda.synchronize()
+        n += 1000
+    r["loop_eager_ns"] = (time.perf_counter() - t0) / n * 1e9
+    r["loop_graph_ns"] = timed(loop_s, 10, lg.replay) / 100 * 1e9
+    return r
 
 
 def timed(seconds, per_sync, step):

@@ -177,6 +177,49 @@ pub fn online_cpus() -> Vec<u32> {
 
 /// Closes fd 1 so a reader sees end-of-file while wedgeprobe finishes detaching; later writes
 /// to stdout fail with EBADF, which nothing does after this.
+/// Forks a child that holds copies of every open file of this process, detached from the
+/// terminal and from our stdout/stderr, and exits once this process has exited: what the
+/// last close of a file costs (a uprobe link's release) is then paid in the child's exit, not
+/// ours. The child must outlive us — whichever process closes a file last pays for it (seen:
+/// a child that exited at once left the 4.9 s to our exit) — so it waits to be reparented
+/// (which happens after our files are released), at most a minute. It runs only
+/// async-signal-safe calls (fork in a threaded process). Returns the child's pid, or None if
+/// fork failed.
+pub fn leave_files_to_a_child() -> Option<u32> {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: fork has no preconditions; the child below calls only setsid, open, dup2,
+    // getppid, nanosleep and _exit, all async-signal-safe.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => None,
+        0 => {
+            // SAFETY: async-signal-safe calls on our own descriptors; _exit never returns.
+            unsafe {
+                libc::setsid();
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if null >= 0 {
+                    libc::dup2(null, 0);
+                    libc::dup2(null, 1);
+                    libc::dup2(null, 2);
+                }
+                let ms = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1_000_000,
+                };
+                for _ in 0..60_000 {
+                    if libc::getppid() != parent {
+                        break;
+                    }
+                    libc::nanosleep(&ms, std::ptr::null_mut());
+                }
+                libc::_exit(0)
+            }
+        }
+        child => Some(child as u32),
+    }
+}
+
 pub fn close_stdout() {
     // SAFETY: fd 1 is owned by this process; Rust's stdout is flushed by the caller and the
     // lock is not used afterwards.

@@ -57,6 +57,19 @@ fn loaded_link_ids() -> BTreeSet<u32> {
         .collect()
 }
 
+/// Every program and link in `progs` / `links` is unloaded within `timeout`.
+fn assert_released(progs: &BTreeSet<u32>, links: &BTreeSet<u32>, timeout: Duration) {
+    let gone = wait_until(timeout, || {
+        loaded_prog_ids().is_disjoint(progs) && loaded_link_ids().is_disjoint(links)
+    });
+    assert!(
+        gone,
+        "still loaded: programs {:?}, links {:?}",
+        loaded_prog_ids().intersection(progs).collect::<Vec<_>>(),
+        loaded_link_ids().intersection(links).collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn sigkill_leaves_no_program_or_link_behind() {
     require_root!();
@@ -79,15 +92,7 @@ fn sigkill_leaves_no_program_or_link_behind() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     // The kernel releases them as it closes the dead process's fds (~100 ms per uprobe).
-    let gone = wait_until(Duration::from_secs(30), || {
-        loaded_prog_ids().is_disjoint(&progs) && loaded_link_ids().is_disjoint(&links)
-    });
-    assert!(
-        gone,
-        "still loaded: programs {:?}, links {:?}",
-        loaded_prog_ids().intersection(&progs).collect::<Vec<_>>(),
-        loaded_link_ids().intersection(&links).collect::<Vec<_>>()
-    );
+    assert_released(&progs, &links, Duration::from_secs(30));
     // No uprobe of ours in tracefs either (aya uses perf-event uprobes, which never appear
     // there; a leftover would be a bug elsewhere).
     let events = fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
@@ -97,4 +102,39 @@ fn sigkill_leaves_no_program_or_link_behind() {
     );
     drop(w);
     let _ = secs(0.0);
+}
+
+/// `report` leaves closing its uprobe links (seconds: an RCU grace period each) to a child
+/// process that outlives it: the answer and the exit come at once, and still nothing of
+/// ours stays loaded once that child is done.
+#[test]
+fn report_leaves_no_program_or_link_behind_once_its_child_closed_them() {
+    require_root!();
+    let w = Worker::spawn(&["healthy", "30"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
+    w.wait_for_cuda();
+    let child = Command::new(wedgeprobe_bin())
+        .args(["report", "--json", "--window", "2s", "--pid", &w.pid_arg()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut held = (BTreeSet::new(), BTreeSet::new());
+    wait_until(Duration::from_secs(10), || {
+        held = bpf_ids(pid);
+        !held.1.is_empty()
+    });
+    let (progs, links) = held;
+    assert!(!links.is_empty(), "the report held no links while it ran");
+    // Reading stdout and stderr to their end also proves the child let go of them.
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["verdict"]["kind"], "healthy", "{}", r["verdict"]);
+    assert_released(&progs, &links, Duration::from_secs(60));
+    drop(w);
 }

@@ -51,6 +51,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
+        wait_for_background_detach();
         let mut cmd = Command::new(wp_tests::simworker());
         cmd.args(args).stdout(Stdio::null()).stderr(Stdio::null());
         for (k, v) in env {
@@ -63,6 +64,7 @@ impl Worker {
 
     /// `spawn` with the worker's stderr (the shim's log lines) going to `log`.
     pub fn spawn_logged(args: &[&str], env: &[(&str, &str)], log: &std::path::Path) -> Self {
+        wait_for_background_detach();
         let mut cmd = Command::new(wp_tests::simworker());
         let file = std::fs::File::create(log).expect("create the worker's log");
         cmd.args(args).stdout(Stdio::null()).stderr(file);
@@ -77,6 +79,7 @@ impl Worker {
     /// `simcuda/py_launcher.py` on the simulated libcuda: a CPython process (its mode in
     /// `args`: none, `handshake [S]`, `build [S]`).
     pub fn python(args: &[&str], env: &[(&str, &str)]) -> Self {
+        wait_for_background_detach();
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("simcuda/py_launcher.py");
         let mut cmd = Command::new("python3");
         cmd.arg(script)
@@ -93,6 +96,7 @@ impl Worker {
     }
 
     pub fn spawn_path(path: PathBuf, args: &[&str]) -> Self {
+        wait_for_background_detach();
         let child = Command::new(path)
             .args(args)
             .stdout(Stdio::null())
@@ -143,10 +147,42 @@ pub fn shim_path() -> String {
 }
 
 pub fn wedgeprobe(args: &[&str]) -> Output {
-    Command::new(wedgeprobe_bin())
+    let out = Command::new(wedgeprobe_bin())
         .args(args)
         .output()
-        .expect("failed to run wedgeprobe")
+        .expect("failed to run wedgeprobe");
+    wait_for_background_detach();
+    out
+}
+
+/// `report` leaves closing its uprobe links to a child process that outlives it
+/// (`probe_user::sys::leave_files_to_a_child`); while that child closes them (~4 s here),
+/// the kernel makes any new uprobe attach wait behind the same mutex. The next command of a
+/// test would then attach seconds late — a test of attach timing would measure the previous
+/// command (session 7 saw two such failures). So a test waits for such children (a live
+/// wedgeprobe process that is not its own child) before it goes on: after every command run
+/// through `wedgeprobe`, and before a worker starts. At most 30 s, never a failure.
+pub fn wait_for_background_detach() {
+    wait_until(Duration::from_secs(30), || !background_wedgeprobe_alive());
+}
+
+fn background_wedgeprobe_alive() -> bool {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        // pid (comm) state ppid …
+        let Some((head, rest)) = stat.rsplit_once(") ") else {
+            return false;
+        };
+        let mut f = rest.split_whitespace();
+        let (state, ppid) = (f.next(), f.next().and_then(|p| p.parse::<u32>().ok()));
+        head.ends_with("(wedgeprobe") && state != Some("Z") && ppid != Some(me)
+    })
 }
 
 /// How launches are traced, from an `attached` or `shim_stopped` event ("" when absent).

@@ -652,6 +652,14 @@ impl Collector {
             self.probe.detach(pid);
         }
     }
+
+    /// Every target leaves `WP_TARGETS` (their links stay open: `Probe::stop_recording`).
+    pub fn stop_recording_all(&mut self) {
+        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
+        for pid in pids {
+            self.probe.stop_recording(pid);
+        }
+    }
 }
 
 /// A journal launch or completion as a trace event.

@@ -270,18 +270,25 @@ impl Probe {
     /// the uprobe links is slow and cannot be sped up from here: each waits for an RCU grace
     /// period under a kernel-wide mutex (~100 ms per link measured on 6.18, 36 links ≈ 3.6 s;
     /// closing them from parallel threads measured the same). Callers print their output
-    /// before detaching.
+    /// before detaching; `report` leaves the closing to a child process instead
+    /// (`Engine::detach_in_background`).
     pub fn detach(&mut self, pid: u32) {
-        if let Some(map) = self.ebpf.map_mut(maps::TARGETS)
-            && let Ok(mut targets) = BpfHashMap::<_, u32, u32>::try_from(map)
-        {
-            let _ = targets.remove(&pid);
-        }
+        self.stop_recording(pid);
         for (name, link) in self.links.remove(&pid).unwrap_or_default() {
             if let Some(Ok(prog)) = self.ebpf.program_mut(name).map(<&mut UProbe>::try_from) {
                 // Detaching fails only if the link is already gone: nothing to do then.
                 let _ = prog.detach(link);
             }
+        }
+    }
+
+    /// `pid` leaves `WP_TARGETS`: the programs record nothing more for it, though its uprobes
+    /// stay until `detach` (or this process's exit) closes their links.
+    pub fn stop_recording(&mut self, pid: u32) {
+        if let Some(map) = self.ebpf.map_mut(maps::TARGETS)
+            && let Ok(mut targets) = BpfHashMap::<_, u32, u32>::try_from(map)
+        {
+            let _ = targets.remove(&pid);
         }
     }
 

@@ -72,7 +72,12 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     // Detaching takes seconds (see Probe::detach): let a pipeline reading us finish first.
     sys::close_stdout();
     phases.done("write the report (stdout closed: the answer is out)");
-    engine.detach_all();
-    phases.done("detach (uprobe links closed)");
+    match engine.detach_in_background() {
+        Ok(()) => phases.done("detach (the uprobe links left to a child process to close)"),
+        Err(mut engine) => {
+            engine.detach_all();
+            phases.done("detach (uprobe links closed)");
+        }
+    }
     Ok(())
 }
