@@ -25,6 +25,7 @@ mod handle_cache;
 pub mod journal;
 pub mod launch_hooks;
 pub mod marks;
+mod measure;
 pub mod recorder;
 pub mod self_cost;
 pub mod shm;
@@ -33,49 +34,6 @@ pub mod sim_backend;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use probe_common::journal::Layout;
-
-/// Measurement switches (BENCHMARKS.md, issue 12), not modes: `WEDGEPROBE_SHIM_MEASURE=pass`
-/// leaves the launch hooks in place but recording nothing (the detour's own price);
-/// `coarse_clock` reads CLOCK_MONOTONIC_COARSE (a jiffy's resolution) instead of
-/// CLOCK_MONOTONIC (the clock read's price); `toggle` lets the process switch recording
-/// (`wedgeprobe_shim_measure_pass`); `self_cost` times the shim's own work and prints it at
-/// exit (`crate::self_cost`). Comma-separated; one log line when any is on.
-fn measure_switches() {
-    let v = std::env::var("WEDGEPROBE_SHIM_MEASURE").unwrap_or_default();
-    let mut on = false;
-    for w in v.split(',').map(str::trim) {
-        match w {
-            "toggle" => TOGGLE.store(true, std::sync::atomic::Ordering::Relaxed),
-            "self_cost" => self_cost::enable(),
-            "pass" => launch_hooks::MEASURE_PASS.store(true, std::sync::atomic::Ordering::Relaxed),
-            "coarse_clock" => recorder::CLOCK.store(
-                libc::CLOCK_MONOTONIC_COARSE,
-                std::sync::atomic::Ordering::Relaxed,
-            ),
-            _ => continue,
-        }
-        on = true;
-    }
-    if on {
-        log_line(b"measurement switch WEDGEPROBE_SHIM_MEASURE: recording altered for a benchmark");
-    }
-}
-
-static TOGGLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// For in-process A/B benchmarks (`gpu/inproc_ab.py`), only under
-/// `WEDGEPROBE_SHIM_MEASURE=toggle`: the process itself switches launch recording off (1) and
-/// on (0) between its turns, so both states are measured in one process, seconds apart —
-/// the H200 VM's per-process and minute-to-minute speed differences (±10–25%, BENCHMARKS.md)
-/// cancel. Returns 0, or -1 when the switch is not enabled.
-#[unsafe(no_mangle)]
-pub extern "C" fn wedgeprobe_shim_measure_pass(pass: i32) -> i32 {
-    if !TOGGLE.load(std::sync::atomic::Ordering::Relaxed) {
-        return -1;
-    }
-    launch_hooks::MEASURE_PASS.store(pass != 0, std::sync::atomic::Ordering::Relaxed);
-    0
-}
 
 /// Entry point the CUDA driver calls when it loads `CUDA_INJECTION64_PATH`: 1 when the shim
 /// records, 0 when it turned itself off (the driver then carries on without it).
@@ -98,7 +56,7 @@ fn init() -> Result<(), String> {
     if std::env::var("WEDGEPROBE_SHIM").is_ok_and(|v| v == "off" || v == "0") {
         return Err("disabled by WEDGEPROBE_SHIM".into());
     }
-    measure_switches();
+    measure::switches();
     let rec = recorder::start(Layout::DEFAULT).map_err(|e| {
         format!(
             "cannot create its journal {}: {e}",

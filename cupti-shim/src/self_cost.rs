@@ -6,7 +6,7 @@
 //! drowned by that. What it leaves out: the detour's jump (priced in C, base vs `pass`) and
 //! any slowdown of the driver's own work after ours (cache lines we evicted).
 //!
-//! Off, it costs one relaxed load per hooked call.
+//! Off, it costs three relaxed loads per hooked launch.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 

@@ -618,3 +618,53 @@ fn a_kernel_stuck_on_device_1_is_reported_on_device_1() {
         drop(w);
     }
 }
+
+/// `WEDGEPROBE_SHIM_MEASURE=self_cost` (a benchmark switch): at exit the shim accounts for
+/// every launch it recorded and every mark it wrote, by reason; an unknown switch word is
+/// named, not silently dropped.
+#[test]
+fn the_self_cost_switch_accounts_for_every_launch_and_mark() {
+    let out = std::process::Command::new(wp_tests::simworker())
+        .args(["bench", "20000"])
+        .env("CUDA_INJECTION64_PATH", shim_path())
+        .env("WEDGEPROBE_SHIM_MEASURE", "self_cost,no_such_switch")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`no_such_switch` is not a measurement switch"),
+        "{err}"
+    );
+    let line = err
+        .lines()
+        .find(|l| l.contains("self cost: "))
+        .unwrap_or_else(|| panic!("no self-cost line: {err}"));
+    let num_before = |word: &str| -> u64 {
+        let head = &line[..line.find(word).unwrap_or_else(|| panic!("{word}: {line}"))];
+        head.trim_end()
+            .rsplit(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number before {word}: {line}"))
+    };
+    // The bench's launches, plus its warm-up launch(es).
+    let launches = num_before(" launches,");
+    assert!((20_000..20_100).contains(&launches), "{line}");
+    let marks = num_before(" marks (");
+    let reasons: u64 = [
+        " before a gap",
+        " after a gap",
+        " after a sync",
+        " every N",
+        " period",
+        " graph launch",
+        " idle",
+    ]
+    .iter()
+    .map(|r| num_before(r))
+    .sum();
+    assert!(marks > 0 && marks == reasons, "{line}");
+    // One per 8 launches by default (less the first launches, before the marks' memory).
+    assert!(marks >= launches / 10, "{line}");
+}

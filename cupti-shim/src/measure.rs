@@ -1,0 +1,57 @@
+//! Measurement switches of the shim (`WEDGEPROBE_SHIM_MEASURE`), for benchmarks only: they
+//! price pieces of the recording on the real driver (BENCHMARKS.md, issue 12, session 8),
+//! where a profiler is not available and side-by-side runs are noisier than the pieces.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use crate::{launch_hooks, log_line, recorder, self_cost};
+
+/// Measurement switches (BENCHMARKS.md, issue 12), not modes: `WEDGEPROBE_SHIM_MEASURE=pass`
+/// leaves the launch hooks in place but recording nothing (the detour's own price);
+/// `coarse_clock` reads CLOCK_MONOTONIC_COARSE (a jiffy's resolution) instead of
+/// CLOCK_MONOTONIC (the clock read's price); `toggle` lets the process switch recording
+/// (`wedgeprobe_shim_measure_pass`); `self_cost` times the shim's own work and prints it at
+/// exit (`crate::self_cost`). Comma-separated; one log line when any is on.
+pub fn switches() {
+    let v = std::env::var("WEDGEPROBE_SHIM_MEASURE").unwrap_or_default();
+    let mut on = false;
+    for w in v.split(',').map(str::trim) {
+        match w {
+            "toggle" => TOGGLE.store(true, Relaxed),
+            "self_cost" => self_cost::enable(),
+            "pass" => launch_hooks::MEASURE_PASS.store(true, Relaxed),
+            "coarse_clock" => recorder::CLOCK.store(libc::CLOCK_MONOTONIC_COARSE, Relaxed),
+            "" => continue,
+            other => {
+                let line = format!(
+                    "WEDGEPROBE_SHIM_MEASURE: `{other}` is not a measurement switch \
+                     (self_cost, pass, coarse_clock, toggle); ignored"
+                );
+                log_line(line.as_bytes());
+                continue;
+            }
+        }
+        on = true;
+    }
+    if on {
+        log_line(b"measurement switch WEDGEPROBE_SHIM_MEASURE: recording altered for a benchmark");
+    }
+}
+
+static TOGGLE: AtomicBool = AtomicBool::new(false);
+
+/// For in-process A/B benchmarks (`gpu/inproc_ab.py`), only under
+/// `WEDGEPROBE_SHIM_MEASURE=toggle`: the process itself switches launch recording off (1) and
+/// on (0) between its turns, so both states are measured in one process, seconds apart, meant
+/// to cancel the H200 VM's per-process speed differences. Measured (BENCHMARKS.md, session 8):
+/// eager decode still varied ±20% from one turn to the next within one process, so the eager
+/// figure comes from `self_cost`; the graph loops' on/off pairs were tight (quartiles within ~1%). Returns
+/// 0, or -1 when the switch is not enabled.
+#[unsafe(no_mangle)]
+pub extern "C" fn wedgeprobe_shim_measure_pass(pass: i32) -> i32 {
+    if !TOGGLE.load(Relaxed) {
+        return -1;
+    }
+    launch_hooks::MEASURE_PASS.store(pass != 0, Relaxed);
+    0
+}
