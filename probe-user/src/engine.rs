@@ -322,6 +322,14 @@ impl Engine {
         self.collector.detach_all();
     }
 
+    /// Ends the run: detaches in the background where it can (`detach_in_background`), here
+    /// otherwise.
+    pub fn finish(self) {
+        if let Err(mut engine) = self.detach_in_background() {
+            engine.detach_all();
+        }
+    }
+
     /// Ends the run without waiting for the uprobe links to close: the targets leave
     /// `WP_TARGETS` (nothing more is recorded), then a child process takes copies of the open
     /// files and exits after this process has, so the kernel closes the links in the child's

@@ -112,7 +112,9 @@ pub fn watch(
         }
         std::thread::sleep(TICK);
     }
-    engine.detach_all();
+    // The links are closed by a child after we exit (Engine::detach_in_background): Ctrl-C
+    // returns at once, not after seconds of the kernel's closing.
+    engine.finish();
     if !options.json {
         writeln!(out, "{} detached", clock())?;
     }
