@@ -459,12 +459,21 @@ fn guarded_after(recorded: bool, result: u32) {
     let _ = std::panic::catch_unwind(|| after(recorded, result));
 }
 
-/// `crate::self_cost`: a recorded launch's time in the shim, before and after the driver's call.
-fn self_timed(recorded: bool, t0: Option<u64>, t1: Option<u64>, t2: Option<u64>) {
+/// One hooked call: `before` (guarded; whether it recorded), the driver's `call`, then the
+/// exit (guarded). Under `crate::self_cost` the shim's part on both sides is timed.
+#[inline(always)]
+fn hooked(before: impl FnOnce() -> bool, call: impl FnOnce() -> u32) -> u32 {
+    let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
+    let recorded = before();
+    let t1 = t0.map(|_| crate::self_cost::tsc());
+    let r = call();
+    let t2 = t0.map(|_| crate::self_cost::tsc());
+    guarded_after(recorded, r);
     if let (true, Some(t0), Some(t1), Some(t2)) = (recorded, t0, t1, t2) {
         let t3 = crate::self_cost::tsc();
         crate::self_cost::launch(t1.wrapping_sub(t0).wrapping_add(t3.wrapping_sub(t2)));
     }
+    r
 }
 
 fn original(entry: Entry) -> usize {
@@ -487,27 +496,24 @@ macro_rules! launch_hook {
             params: *mut *mut c_void,
             $($tail: *mut *mut c_void,)*
         ) -> u32 {
-            let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
-            let rec = guarded_before(
-                $entry,
-                f,
-                [gx, gy, gz],
-                [bx, by, bz],
-                stream,
-                std::ptr::null_mut(),
-            );
-            let t1 = t0.map(|_| crate::self_cost::tsc());
-            let original = original($entry);
-            // SAFETY: the trampoline to the original, which has this signature.
-            let r = unsafe {
-                std::mem::transmute::<usize, $fn_ty>(original)(
-                    f, gx, gy, gz, bx, by, bz, shmem, stream, params $(, $tail)*
-                )
-            };
-            let t2 = t0.map(|_| crate::self_cost::tsc());
-            guarded_after(rec, r);
-            self_timed(rec, t0, t1, t2);
-            r
+            hooked(
+                || {
+                    guarded_before(
+                        $entry,
+                        f,
+                        [gx, gy, gz],
+                        [bx, by, bz],
+                        stream,
+                        std::ptr::null_mut(),
+                    )
+                },
+                // SAFETY: the trampoline to the original, which has this signature.
+                || unsafe {
+                    std::mem::transmute::<usize, $fn_ty>(original($entry))(
+                        f, gx, gy, gz, bx, by, bz, shmem, stream, params $(, $tail)*
+                    )
+                },
+            )
         }
     };
 }
@@ -520,28 +526,27 @@ macro_rules! launch_ex_hook {
             params: *mut *mut c_void,
             extra: *mut *mut c_void,
         ) -> u32 {
-            let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
-            // SAFETY: the caller's config, valid for the call (null is the driver's to refuse).
-            let rec = match unsafe { config.as_ref() } {
-                Some(c) => guarded_before(
-                    $entry,
-                    f,
-                    [c.gridDimX, c.gridDimY, c.gridDimZ],
-                    [c.blockDimX, c.blockDimY, c.blockDimZ],
-                    c.hStream.cast(),
-                    std::ptr::null_mut(),
-                ),
-                None => false,
-            };
-            let t1 = t0.map(|_| crate::self_cost::tsc());
-            // SAFETY: the trampoline to the original, which has this signature.
-            let r = unsafe {
-                std::mem::transmute::<usize, LaunchExFn>(original($entry))(config, f, params, extra)
-            };
-            let t2 = t0.map(|_| crate::self_cost::tsc());
-            guarded_after(rec, r);
-            self_timed(rec, t0, t1, t2);
-            r
+            hooked(
+                // SAFETY: the caller's config, valid for the call (null is the driver's to
+                // refuse).
+                || match unsafe { config.as_ref() } {
+                    Some(c) => guarded_before(
+                        $entry,
+                        f,
+                        [c.gridDimX, c.gridDimY, c.gridDimZ],
+                        [c.blockDimX, c.blockDimY, c.blockDimZ],
+                        c.hStream.cast(),
+                        std::ptr::null_mut(),
+                    ),
+                    None => false,
+                },
+                // SAFETY: the trampoline to the original, which has this signature.
+                || unsafe {
+                    std::mem::transmute::<usize, LaunchExFn>(original($entry))(
+                        config, f, params, extra,
+                    )
+                },
+            )
         }
     };
 }
@@ -549,16 +554,11 @@ macro_rules! launch_ex_hook {
 macro_rules! graph_hook {
     ($name:ident, $entry:expr) => {
         unsafe extern "C" fn $name(exec: *mut c_void, stream: *mut c_void) -> u32 {
-            let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
-            let rec = guarded_before($entry, std::ptr::null_mut(), [0; 3], [0; 3], stream, exec);
-            let t1 = t0.map(|_| crate::self_cost::tsc());
-            let original = original($entry);
-            // SAFETY: the trampoline to the original, which has this signature.
-            let r = unsafe { std::mem::transmute::<usize, GraphFn>(original)(exec, stream) };
-            let t2 = t0.map(|_| crate::self_cost::tsc());
-            guarded_after(rec, r);
-            self_timed(rec, t0, t1, t2);
-            r
+            hooked(
+                || guarded_before($entry, std::ptr::null_mut(), [0; 3], [0; 3], stream, exec),
+                // SAFETY: the trampoline to the original, which has this signature.
+                || unsafe { std::mem::transmute::<usize, GraphFn>(original($entry))(exec, stream) },
+            )
         }
     };
 }

@@ -166,9 +166,8 @@ pub fn get() -> Option<&'static Marks> {
 pub struct Pending {
     pub slot: u32,
     pub stream: u64,
-    pub mark_after: bool,
-    /// Why `mark_after` (`crate::self_cost`, measurement only).
-    pub reason: Reason,
+    /// Mark right after the launch, and why (the reason is for `crate::self_cost`).
+    pub mark_after: Option<Reason>,
     pub now_ns: u64,
 }
 
@@ -268,7 +267,7 @@ impl Marks {
         // about this thread's launches in flight around it.
         let after_sync =
             tid != 0 && s.synced_by.load(Relaxed) == tid && s.synced_by.swap(0, Relaxed) == tid;
-        let reason = if after_gap {
+        let mark_after = if after_gap {
             Some(Reason::AfterGap)
         } else if after_sync {
             Some(Reason::AfterSync)
@@ -282,8 +281,7 @@ impl Marks {
         Pending {
             slot,
             stream,
-            mark_after: reason.is_some(),
-            reason: reason.unwrap_or_default(),
+            mark_after,
             now_ns,
         }
     }
@@ -400,13 +398,13 @@ impl Marks {
         }
         s.last_corr.store(correlation, Relaxed);
         s.last_launch_ns.store(p.now_ns, Relaxed);
-        if p.mark_after {
+        if let Some(reason) = p.mark_after {
             self.mark(
                 writer,
                 s,
                 (p.slot, p.stream),
                 correlation,
-                (p.now_ns, p.reason),
+                (p.now_ns, reason),
             );
         } else {
             // A load and a store, not a locked add: a stream is normally launched to by one
@@ -423,8 +421,7 @@ impl Marks {
         self.after_launch(
             writer,
             Pending {
-                mark_after: true,
-                reason: crate::self_cost::Reason::Graph,
+                mark_after: Some(Reason::Graph),
                 ..p
             },
             correlation,

@@ -13,10 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 pub static ON: AtomicBool = AtomicBool::new(false);
 
 /// Why a mark was written (`Marks::mark`'s callers).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     /// Before the first launch after an idle gap (the launch before the gap).
-    #[default]
     Gap,
     /// After the first launch after an idle gap.
     AfterGap,

@@ -322,11 +322,15 @@ impl Engine {
         self.collector.detach_all();
     }
 
-    /// Ends the run: detaches in the background where it can (`detach_in_background`), here
-    /// otherwise.
-    pub fn finish(self) {
-        if let Err(mut engine) = self.detach_in_background() {
-            engine.detach_all();
+    /// Ends the run: detaches in the background where it can (`detach_in_background`; true),
+    /// here otherwise (false).
+    pub fn finish(self) -> bool {
+        match self.detach_in_background() {
+            Ok(()) => true,
+            Err(mut engine) => {
+                engine.detach_all();
+                false
+            }
         }
     }
 

@@ -647,17 +647,15 @@ impl Collector {
     }
 
     pub fn detach_all(&mut self) {
-        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
-        for pid in pids {
-            self.probe.detach(pid);
+        for pid in self.model.procs.keys() {
+            self.probe.detach(*pid);
         }
     }
 
     /// Every target leaves `WP_TARGETS` (their links stay open: `Probe::stop_recording`).
     pub fn stop_recording_all(&mut self) {
-        let pids: Vec<u32> = self.model.procs.keys().copied().collect();
-        for pid in pids {
-            self.probe.stop_recording(pid);
+        for pid in self.model.procs.keys() {
+            self.probe.stop_recording(*pid);
         }
     }
 }

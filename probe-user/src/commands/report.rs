@@ -72,12 +72,10 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     // Detaching takes seconds (see Probe::detach): let a pipeline reading us finish first.
     sys::close_stdout();
     phases.done("write the report (stdout closed: the answer is out)");
-    match engine.detach_in_background() {
-        Ok(()) => phases.done("detach (the uprobe links left to a child process to close)"),
-        Err(mut engine) => {
-            engine.detach_all();
-            phases.done("detach (uprobe links closed)");
-        }
-    }
+    phases.done(if engine.finish() {
+        "detach (the uprobe links left to a child process to close)"
+    } else {
+        "detach (uprobe links closed)"
+    });
     Ok(())
 }

@@ -130,7 +130,7 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
     // Detaching takes seconds (Probe::detach): let a pipeline reading us finish first, and
     // leave it to a child after we exit (Engine::detach_in_background).
     sys::close_stdout();
-    engine.finish();
+    let _ = engine.finish();
     if let Some(e) = write_error {
         return Err(e.into());
     }

@@ -114,7 +114,7 @@ pub fn watch(
     }
     // The links are closed by a child after we exit (Engine::detach_in_background): Ctrl-C
     // returns at once, not after seconds of the kernel's closing.
-    engine.finish();
+    let _ = engine.finish();
     if !options.json {
         writeln!(out, "{} detached", clock())?;
     }
