@@ -2,8 +2,8 @@
 //! process (never loading one): the kernel of a graph kernel node that was added explicitly
 //! (`cuGraphAddKernelNode`) rather than captured from a launch, whose name no launch callback
 //! carried (called from CUPTI's node-created resource callback — graph construction, not the
-//! launch path); and the stream progress marks (`crate::marks`): pinned memory the GPU can
-//! write, and the stream-ordered write itself.
+//! launch path); and the stream progress marks (`crate::marks`, `crate::event_ring`): pinned
+//! memory the GPU can write, the stream-ordered write itself, and events.
 
 use std::{
     ffi::{CStr, c_char, c_void},
@@ -33,6 +33,12 @@ pub type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> u32;
 pub type ExchangeCaptureMode = unsafe extern "C" fn(*mut u32) -> u32;
 pub type CtxPush = unsafe extern "C" fn(*mut c_void) -> u32;
 pub type CtxPop = unsafe extern "C" fn(*mut *mut c_void) -> u32;
+/// `cuEventCreate(&event, flags)`, `cuEventRecord(event, stream)`, `cuEventQuery(event)`,
+/// `cuEventDestroy_v2(event)`: the stream marks' cheaper primitive (`crate::event_ring`).
+pub type EventCreate = unsafe extern "C" fn(*mut *mut c_void, u32) -> u32;
+pub type EventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
+pub type EventQuery = unsafe extern "C" fn(*mut c_void) -> u32;
+pub type EventDestroy = unsafe extern "C" fn(*mut c_void) -> u32;
 
 pub struct Driver {
     get_params: Option<GetParams>,
@@ -51,6 +57,10 @@ pub struct Driver {
     pub exchange_capture_mode: Option<ExchangeCaptureMode>,
     pub ctx_push: Option<CtxPush>,
     pub ctx_pop: Option<CtxPop>,
+    pub event_create: Option<EventCreate>,
+    pub event_record: Option<EventRecord>,
+    pub event_query: Option<EventQuery>,
+    pub event_destroy: Option<EventDestroy>,
 }
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
@@ -129,6 +139,18 @@ pub fn driver() -> &'static Driver {
                 )),
                 ctx_pop: std::mem::transmute::<*mut c_void, Option<CtxPop>>(sym(
                     c"cuCtxPopCurrent_v2",
+                )),
+                event_create: std::mem::transmute::<*mut c_void, Option<EventCreate>>(sym(
+                    c"cuEventCreate",
+                )),
+                event_record: std::mem::transmute::<*mut c_void, Option<EventRecord>>(sym(
+                    c"cuEventRecord",
+                )),
+                event_query: std::mem::transmute::<*mut c_void, Option<EventQuery>>(sym(
+                    c"cuEventQuery",
+                )),
+                event_destroy: std::mem::transmute::<*mut c_void, Option<EventDestroy>>(sym(
+                    c"cuEventDestroy_v2",
                 )),
             }
         }

@@ -72,8 +72,12 @@ pub struct Writer {
     marks_done: core::sync::atomic::AtomicPtr<AtomicU64>,
     /// The highest progress value seen per mark word, in ordinary process memory: whether a
     /// slot's old launch is retired is usually answered here. The pinned word itself is
-    /// written by the GPU over PCIe, so reading it after each mark is a cache miss.
+    /// written by the GPU over PCIe, so reading it after each mark is a cache miss. Marks
+    /// recorded as events (`crate::event_ring`) report their progress here directly.
     done_seen: Box<[AtomicU64]>,
+    /// Which mark slots are claimed (one bit each): the flush thread's walks over the streams
+    /// (publishing, polling events) visit those, not all `marks_cap`.
+    marks_claimed: Box<[AtomicU64]>,
 }
 
 // SAFETY: every access through `base` is atomic; the memory outlives the writer (contract of
@@ -101,6 +105,9 @@ impl Writer {
             orphans: AtomicU64::new(0),
             marks_done: core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()),
             done_seen: (0..layout.marks_cap).map(|_| AtomicU64::new(0)).collect(),
+            marks_claimed: (0..layout.marks_cap.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         };
         let header = layout.header(pid, mono_ns, real_ns);
         let words = size_of::<Header>() / 8;

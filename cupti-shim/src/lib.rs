@@ -12,8 +12,9 @@
 //! process runs on it. `WEDGEPROBE_SHIM=off` disables the shim.
 //!
 //! How completions are recorded, `WEDGEPROBE_SHIM_RECORD`: `marks` (default; `crate::marks`:
-//! a stream-ordered progress write every `WEDGEPROBE_SHIM_MARK_EVERY` launches (8) or
-//! `WEDGEPROBE_SHIM_MARK_US` µs (100), stuck kernels named exactly or narrowed to the
+//! a stream-ordered progress mark every `WEDGEPROBE_SHIM_MARK_EVERY` launches (8) or
+//! `WEDGEPROBE_SHIM_MARK_US` µs (100) — an event record polled by the flush thread, or with
+//! `WEDGEPROBE_SHIM_MARK_WITH=write` a stream write — stuck kernels named exactly or narrowed to the
 //! launches between two marks) or `exact` (a CUPTI record per kernel: always the exact kernel
 //! and graph node, at the price in BENCHMARKS.md).
 
@@ -21,6 +22,7 @@ mod call_hooks;
 mod code_patch;
 pub mod cupti_backend;
 mod driver;
+mod event_ring;
 mod handle_cache;
 pub mod journal;
 pub mod launch_hooks;
@@ -73,9 +75,22 @@ fn init() -> Result<(), String> {
                     .filter(|&v| v >= 1 && v <= max)
                     .unwrap_or(default)
             };
+            let with_events = match std::env::var("WEDGEPROBE_SHIM_MARK_WITH").as_deref() {
+                Ok("event") | Err(_) => true,
+                Ok("write") => false,
+                Ok(other) => {
+                    let line = format!(
+                        "WEDGEPROBE_SHIM_MARK_WITH={other} is not `event` or `write`; marking \
+                         with events"
+                    );
+                    log_line(line.as_bytes());
+                    true
+                }
+            };
             rec.use_marks(
                 num("WEDGEPROBE_SHIM_MARK_EVERY", marks::DEFAULT_EVERY, 1 << 20),
                 num("WEDGEPROBE_SHIM_MARK_US", marks::DEFAULT_US, 60_000_000),
+                with_events,
             );
         }
         Ok(other) => {

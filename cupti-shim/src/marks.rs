@@ -1,9 +1,12 @@
 //! Stream progress marks: how the shim learns that kernels completed without a per-kernel
 //! completion record. After a launch, when the stream has had `every` launches or `us` µs
-//! since its last mark, the shim enqueues `cuStreamWriteValue64(stream, word, correlation)`:
-//! the GPU writes the launch's correlation id into pinned host memory once everything before
-//! it on the stream has run. Everything up to a passed mark has completed; a stuck kernel is
-//! among the launches after the last passed mark, up to the first launch with a mark after it.
+//! since its last mark, the shim enqueues a mark of the launch's correlation id on the
+//! stream: an event record (`crate::event_ring`: the flush thread's poll finds the newest
+//! passed), or `cuStreamWriteValue64(stream, word, correlation)` (the GPU writes the id into
+//! pinned host memory once everything before it on the stream has run) where events are not
+//! ready or not wanted (`WEDGEPROBE_SHIM_MARK_WITH=write`). Everything up to a passed mark has
+//! completed; a stuck kernel is among the launches after the last passed mark, up to the
+//! first launch with a mark after it.
 //!
 //! Why: per-kernel CONCURRENT_KERNEL records cost ~0.9 µs of CPU per eager launch and ~0.5 µs
 //! of GPU time per graph kernel node on the H200 (18% and 5.5% of a serving workload); a mark
@@ -51,7 +54,12 @@ use std::{
     },
 };
 
-use crate::{driver, journal::Writer, self_cost::Reason};
+use crate::{
+    driver,
+    event_ring::{Recorded, Ring},
+    journal::Writer,
+    self_cost::Reason,
+};
 
 /// `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP` (cuda.h).
 const HOST_ALLOC_FLAGS: u32 = 0x01 | 0x02;
@@ -72,6 +80,16 @@ pub const DEFAULT_US: u32 = 100;
 /// A stream's last launch is marked by the flush thread once it is this old.
 const IDLE_NS: u64 = 100_000_000;
 
+/// Streams that get event rings (each `event_ring::RING` events); the rest mark with stream
+/// writes. Serving processes use a handful of streams per device.
+const MAX_RINGS: u32 = 32;
+
+/// `StreamState::gone`: alive, the stream destroyed (its context lives: its events can be
+/// destroyed), the context gone (its events with it).
+const ALIVE: u8 = 0;
+const STREAM_GONE: u8 = 1;
+const CONTEXT_GONE: u8 = 2;
+
 #[derive(Default)]
 struct StreamState {
     since_mark: AtomicU32,
@@ -80,12 +98,16 @@ struct StreamState {
     /// Correlation id of the stream's latest successful launch, and of its latest mark.
     last_corr: AtomicU64,
     last_marked: AtomicU64,
-    /// For idle marks: the stream's handle and context (0: unknown), and whether its
-    /// destruction has begun. `gone` and the idle mark are serialised by `idle_lock`.
+    /// For idle marks and event polls: the stream's handle and context (0: unknown), and
+    /// whether its destruction (or its context's) has begun (`ALIVE`, `STREAM_GONE`,
+    /// `CONTEXT_GONE`). `gone` and the flush thread's driver calls on the stream are
+    /// serialised by `idle_lock`.
     stream: AtomicU64,
     ctx: AtomicU64,
-    gone: AtomicBool,
+    gone: AtomicU8,
     idle_lock: Mutex<()>,
+    /// The stream's event marks.
+    ring: Ring,
     /// The thread whose synchronize covering this stream returned, entered after the
     /// stream's latest launch (0: none since).
     synced_by: AtomicU32,
@@ -105,6 +127,10 @@ pub struct Marks {
     want_ctx: AtomicU64,
     /// Stream captures in progress in the process (begun and not ended).
     captures: AtomicU32,
+    /// Marks are event records where a stream's ring is ready (else stream writes).
+    with_events: bool,
+    /// Event rings created so far (at most `MAX_RINGS`).
+    rings: AtomicU32,
 }
 
 static MARKS: OnceLock<Marks> = OnceLock::new();
@@ -112,8 +138,9 @@ static MARKS: OnceLock<Marks> = OnceLock::new();
 const READY: u8 = 2;
 const FAILED: u8 = 3;
 
-/// Turns marks on for a journal of `cap` streams (at initialisation, off the launch path).
-pub fn init(cap: u32, every: u32, us: u32) -> &'static Marks {
+/// Turns marks on for a journal of `cap` streams (at initialisation, off the launch path);
+/// `with_events`: record them as events where possible.
+pub fn init(cap: u32, every: u32, us: u32, with_events: bool) -> &'static Marks {
     MARKS.get_or_init(|| Marks {
         every: every.max(1),
         every_ns: us as u64 * 1_000,
@@ -122,6 +149,8 @@ pub fn init(cap: u32, every: u32, us: u32) -> &'static Marks {
         device_words: AtomicU64::new(0),
         want_ctx: AtomicU64::new(0),
         captures: AtomicU32::new(0),
+        with_events,
+        rings: AtomicU32::new(0),
     })
 }
 
@@ -315,7 +344,12 @@ impl Marks {
         for s in self.streams.iter() {
             if s.ctx.load(Acquire) == ctx && (stream == 0 || s.stream.load(Relaxed) == stream) {
                 let _guard = s.idle_lock.lock();
-                s.gone.store(true, Release);
+                let why = if stream == 0 {
+                    CONTEXT_GONE
+                } else {
+                    STREAM_GONE
+                };
+                s.gone.fetch_max(why, Release);
             }
         }
     }
@@ -324,7 +358,7 @@ impl Marks {
     pub fn forget_all(&self) {
         for s in self.streams.iter() {
             let _guard = s.idle_lock.lock();
-            s.gone.store(true, Release);
+            s.gone.store(CONTEXT_GONE, Release);
         }
     }
 
@@ -346,7 +380,10 @@ impl Marks {
         let Some(set_current) = driver::driver().ctx_set_current else {
             return;
         };
-        for (slot, s) in self.streams.iter().enumerate() {
+        for slot in writer.claimed_marks() {
+            let Some(s) = self.streams.get(slot as usize) else {
+                continue;
+            };
             let last = s.last_corr.load(Relaxed);
             let (stream, ctx) = (s.stream.load(Relaxed), s.ctx.load(Acquire));
             // A launch still in progress: the stream is not idle but (most likely) full —
@@ -368,7 +405,7 @@ impl Marks {
             let Ok(_guard) = s.idle_lock.lock() else {
                 continue;
             };
-            if s.gone.load(Acquire) {
+            if s.gone.load(Acquire) != ALIVE {
                 continue;
             }
             // SAFETY: a context whose destruction has not started (checked under the lock
@@ -376,14 +413,105 @@ impl Marks {
             if unsafe { set_current(ctx as *mut c_void) } != 0 {
                 continue;
             }
-            self.mark(
-                writer,
-                s,
-                (slot as u32, stream),
-                last,
-                (now_ns, Reason::Idle),
-            );
+            self.mark(writer, s, (slot, stream), last, (now_ns, Reason::Idle));
         }
+    }
+
+    /// Flush thread, every tick (10 ms while event marks are on): creates the event rings
+    /// marking threads asked for, asks each stream's outstanding events how far it got and
+    /// notes that as its progress, and gives back the events of destroyed streams. Not while
+    /// a capture is in progress (creating events then is not needed, and nothing of ours
+    /// should run beside a capture), nor once the journal stopped recording.
+    pub fn poll_events(&self, writer: &Writer) {
+        if !self.with_events
+            || self.status.load(Acquire) != READY
+            || self.captures.load(Acquire) != 0
+            || writer.state() != probe_common::journal::STATE_RECORDING
+        {
+            return;
+        }
+        let d = driver::driver();
+        let (Some(create), Some(destroy), Some(query), Some(set_current), Some(exchange)) = (
+            d.event_create,
+            d.event_destroy,
+            d.event_query,
+            d.ctx_set_current,
+            d.exchange_capture_mode,
+        ) else {
+            return;
+        };
+        // Our own thread: relaxed for good, so no call of ours can invalidate a capture
+        // another thread makes in the global mode.
+        thread_local!(static RELAXED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        if !RELAXED.get() {
+            let mut mode = CAPTURE_MODE_RELAXED;
+            // SAFETY: an in/out pointer to a valid mode.
+            if unsafe { exchange(&mut mode) } != 0 {
+                return;
+            }
+            RELAXED.set(true);
+        }
+        let t0 = if crate::self_cost::on() {
+            crate::self_cost::tsc()
+        } else {
+            0
+        };
+        let mut queries = 0;
+        for slot in writer.claimed_marks() {
+            let Some(s) = self.streams.get(slot as usize) else {
+                continue;
+            };
+            let Ok(_guard) = s.idle_lock.lock() else {
+                continue;
+            };
+            match s.gone.load(Acquire) {
+                ALIVE => {}
+                STREAM_GONE => {
+                    s.ring.destroy_events(destroy);
+                    continue;
+                }
+                _ => continue,
+            }
+            if s.ring.wanted() {
+                let ctx = s.ctx.load(Acquire);
+                if ctx == 0 || self.rings.load(Relaxed) >= MAX_RINGS {
+                    continue;
+                }
+                // SAFETY: a context whose destruction has not started (checked under the lock
+                // its destroy callback takes), made current on our own thread.
+                if unsafe { set_current(ctx as *mut c_void) } != 0 {
+                    continue;
+                }
+                self.rings.fetch_add(1, Relaxed);
+                let r = s.ring.create(create, destroy);
+                debug(format_args!("event ring for mark slot {slot}: {r:?}"));
+                static TOLD: AtomicBool = AtomicBool::new(false);
+                if let Err(code) = r
+                    && !TOLD.swap(true, Relaxed)
+                {
+                    let line = format!(
+                        "event marks unavailable (cuEventCreate returned {code}); marking with \
+                         stream writes (dearer)"
+                    );
+                    crate::log_line(line.as_bytes());
+                }
+                continue;
+            }
+            let (passed, n) = s.ring.poll(query);
+            queries += n;
+            if let Some(c) = passed {
+                writer.mark_progress(slot, c);
+            }
+        }
+        if t0 != 0 {
+            crate::self_cost::poll(queries, crate::self_cost::tsc().wrapping_sub(t0));
+        }
+    }
+
+    /// Whether the flush thread should tick fast: event marks are on (their progress is
+    /// found by its poll; in-flight slots retire only then).
+    pub fn polling(&self) -> bool {
+        self.with_events && self.status.load(Acquire) == READY
     }
 
     /// After the launch `correlation` returned `ok`.
@@ -466,18 +594,32 @@ impl Marks {
         } else {
             0
         };
-        // SAFETY: a stream the process just launched on, a device address of our pinned
-        // words (slot < marks_cap), no flags: a plain stream-ordered 64-bit write.
-        let r = unsafe {
-            write(
-                stream as *mut c_void,
-                base + slot as u64 * 8,
-                correlation,
-                0,
-            )
+        let as_event = match (self.with_events, d.event_record) {
+            (true, Some(record)) => s.ring.record(record, stream, correlation),
+            _ => Recorded::NotReady,
+        };
+        let r = match as_event {
+            Recorded::Yes => 0,
+            // Another thread marks this stream this very moment: its mark covers ours but
+            // for at most the launch in between (a race the single-writer design accepts).
+            Recorded::Busy => return,
+            // SAFETY: a stream the process just launched on, a device address of our pinned
+            // words (slot < marks_cap), no flags: a plain stream-ordered 64-bit write.
+            _ => unsafe {
+                write(
+                    stream as *mut c_void,
+                    base + slot as u64 * 8,
+                    correlation,
+                    0,
+                )
+            },
         };
         if t0 != 0 {
-            crate::self_cost::mark(reason, crate::self_cost::tsc().wrapping_sub(t0));
+            crate::self_cost::mark(
+                reason,
+                as_event == Recorded::Yes,
+                crate::self_cost::tsc().wrapping_sub(t0),
+            );
         }
         if r != 0 {
             writer.count_drop(probe_common::journal::drops::MARK_FAILED);

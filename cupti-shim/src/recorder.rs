@@ -229,8 +229,8 @@ impl Recorder {
     }
 
     /// Records completions with stream marks from now on (at initialisation).
-    pub fn use_marks(&self, every: u32, us: u32) {
-        marks::init(self.writer.marks_cap(), every, us);
+    pub fn use_marks(&self, every: u32, us: u32, with_events: bool) {
+        marks::init(self.writer.marks_cap(), every, us, with_events);
         self.writer.set_record_mode(RECORD_MARKS, every, us);
     }
 
@@ -332,11 +332,12 @@ impl Recorder {
     }
 
     /// The flush thread's period now: 10 ms while the marks' memory waits to be allocated
-    /// (launches before it get no marks), else 100 ms.
+    /// (launches before it get no marks) and while event marks are on (their progress is
+    /// known only from its polls, and in-flight slots are reused only after), else 100 ms.
     pub fn flush_period(&self) -> std::time::Duration {
-        let wanted = self.writer.record_mode() == RECORD_MARKS
-            && marks::get().is_some_and(marks::Marks::allocation_wanted);
-        std::time::Duration::from_millis(if wanted { 10 } else { 100 })
+        let fast = self.writer.record_mode() == RECORD_MARKS
+            && marks::get().is_some_and(|m| m.allocation_wanted() || m.polling());
+        std::time::Duration::from_millis(if fast { 10 } else { 100 })
     }
 
     fn name_id(&self, name: &[u8], key: usize) -> u32 {
@@ -392,10 +393,15 @@ impl Recorder {
         self.writer.complete(completion);
     }
 
-    /// Flush thread, every 100 ms: marks published, a sign of life, then idle streams' last
-    /// launches marked. Publishing comes first: an idle mark is a driver call that can wait
+    /// Flush thread, every tick (`flush_period`): event marks polled, marks published, a sign
+    /// of life, then idle streams' last launches marked. Publishing comes first: an idle mark is a driver call that can wait
     /// for room in a stream's queue, and what passed before it must be readable meanwhile.
     pub fn heartbeat(&self) {
+        if self.writer.record_mode() == RECORD_MARKS
+            && let Some(m) = marks::get()
+        {
+            m.poll_events(&self.writer);
+        }
         let now = monotonic_ns();
         self.writer.publish_marks(now);
         self.writer.heartbeat(now);

@@ -83,6 +83,11 @@ static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 static LAUNCH_TICKS: AtomicU64 = AtomicU64::new(0);
 static MARKS: [AtomicU64; REASONS] = [const { AtomicU64::new(0) }; REASONS];
 static MARK_TICKS: AtomicU64 = AtomicU64::new(0);
+static EVENT_MARKS: AtomicU64 = AtomicU64::new(0);
+static EVENT_TICKS: AtomicU64 = AtomicU64::new(0);
+static POLLS: AtomicU64 = AtomicU64::new(0);
+static POLL_QUERIES: AtomicU64 = AtomicU64::new(0);
+static POLL_TICKS: AtomicU64 = AtomicU64::new(0);
 static START_TSC: AtomicU64 = AtomicU64::new(0);
 static START_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -114,10 +119,21 @@ pub fn launch(ticks: u64) {
     LAUNCH_TICKS.fetch_add(ticks, Relaxed);
 }
 
-/// One mark written, `ticks` in the driver's stream write.
-pub fn mark(reason: Reason, ticks: u64) {
+/// One mark enqueued (`event`: as an event record, else a stream write), `ticks` in it.
+pub fn mark(reason: Reason, event: bool, ticks: u64) {
     MARKS[reason as usize].fetch_add(1, Relaxed);
     MARK_TICKS.fetch_add(ticks, Relaxed);
+    if event {
+        EVENT_MARKS.fetch_add(1, Relaxed);
+        EVENT_TICKS.fetch_add(ticks, Relaxed);
+    }
+}
+
+/// One poll of the event marks by the flush thread: `queries` cuEventQuery calls, `ticks`.
+pub fn poll(queries: u32, ticks: u64) {
+    POLLS.fetch_add(1, Relaxed);
+    POLL_QUERIES.fetch_add(queries as u64, Relaxed);
+    POLL_TICKS.fetch_add(ticks, Relaxed);
 }
 
 /// The exit line.
@@ -142,6 +158,14 @@ pub fn line() -> Option<String> {
         .zip(&MARKS)
         .map(|(n, m)| format!("{} {n}", m.load(Relaxed)))
         .collect();
+    let events = EVENT_MARKS.load(Relaxed);
+    let writes = marks - events;
+    let write_ticks = AtomicU64::new(
+        MARK_TICKS
+            .load(Relaxed)
+            .saturating_sub(EVENT_TICKS.load(Relaxed)),
+    );
+    let polls = POLLS.load(Relaxed);
     let phases: Vec<String> = PHASE_NAMES
         .iter()
         .zip(&PHASE_TICKS)
@@ -149,8 +173,9 @@ pub fn line() -> Option<String> {
         .collect();
     Some(format!(
         "self cost: {launches} launches, {:.0} ns each in the shim (marks included; by phase, \
-         ns per launch: {}); {marks} marks ({:.3} per launch), {:.0} ns each in \
-         cuStreamWriteValue64 [{}]; over {:.1} s",
+         ns per launch: {}); {marks} marks ({:.3} per launch), {:.0} ns each [{}]: {events} \
+         event records ({:.0} ns each), {writes} stream writes ({:.0} ns each); flush thread: \
+         {polls} event polls, {} queries, {:.1} µs each poll; over {:.1} s",
         avg(&LAUNCH_TICKS, launches),
         phases.join(", "),
         if launches == 0 {
@@ -160,6 +185,10 @@ pub fn line() -> Option<String> {
         },
         avg(&MARK_TICKS, marks),
         reasons.join(", "),
+        avg(&EVENT_TICKS, events),
+        avg(&write_ticks, writes),
+        POLL_QUERIES.load(Relaxed),
+        avg(&POLL_TICKS, polls) / 1e3,
         ns / 1e9
     ))
 }

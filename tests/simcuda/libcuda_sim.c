@@ -164,7 +164,7 @@ static uint64_t *stream_slot(CUstream s) { return &streams[stream_index(s)].last
 
 /* Queues `it` on stream `s` (its seq assigned here); while the queue is full, spins on
  * sched_yield as the real driver does. */
-static void push(CUstream s, struct item it) {
+static uint64_t push(CUstream s, struct item it) {
     pthread_mutex_lock(&mu);
     while (count == QUEUE_CAP) {
         pthread_mutex_unlock(&mu);
@@ -177,6 +177,7 @@ static void push(CUstream s, struct item it) {
     *stream_slot(s) = it.seq;
     pthread_cond_signal(&work);
     pthread_mutex_unlock(&mu);
+    return it.seq;
 }
 
 /* Enqueue; while the queue is full, spin on sched_yield as the real driver does. */
@@ -349,13 +350,50 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext c) { (void)c; return 0; }
 EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) { *mode = 0; return 0; }
 EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c) { (void)c; return 0; }
 EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c) { *c = (CUcontext)0x1; return 0; }
+/* SIMCUDA_WRITE_VALUE_FAILS=1: stream writes are refused (only event marks can work). */
 EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, uint64_t value, unsigned flags) {
     (void)flags;
-    if (!addr) return CUDA_ERROR_INVALID_VALUE;
+    if (!addr || getenv("SIMCUDA_WRITE_VALUE_FAILS")) return CUDA_ERROR_INVALID_VALUE;
     pthread_once(&started, start_gpu);
     push(s, (struct item){&mark_op, 0, 0, 0, (_Atomic uint64_t *)(uintptr_t)addr, value});
     return CUDA_SUCCESS;
 }
+
+/* Events (the shim's event marks): a record waits in the queue like a kernel; the event has
+ * passed once the "GPU" ran past it. A never-recorded event has passed, as on the real driver.
+ * SIMCUDA_NO_EVENTS=1: cuEventCreate fails (the shim keeps stream writes). */
+struct sim_event { _Atomic uint64_t seq; };
+static _Atomic uint64_t events_live;
+EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) {
+    (void)flags;
+    if (getenv("SIMCUDA_NO_EVENTS")) return 2;
+    struct sim_event *ev = calloc(1, sizeof *ev);
+    if (!ev) return 2;
+    atomic_fetch_add(&events_live, 1);
+    *e = (CUevent)ev;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
+    if (!e) return CUDA_ERROR_INVALID_VALUE;
+    pthread_once(&started, start_gpu);
+    struct sim_event *ev = (struct sim_event *)e;
+    /* The sequence number is assigned under the queue's lock and stored after it: a query
+     * made before this call returns may see the previous record (as callers must expect). */
+    atomic_store(&ev->seq, push(s, (struct item){&mark_op, 0, 0, 0, NULL, 0}));
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventQuery(CUevent e) {
+    if (!e) return CUDA_ERROR_INVALID_VALUE;
+    return atomic_load(&completed_seq) >= atomic_load(&((struct sim_event *)e)->seq) ? CUDA_SUCCESS : 600;
+}
+EXPORT CUresult cuEventDestroy_v2(CUevent e) {
+    if (!e) return CUDA_ERROR_INVALID_VALUE;
+    atomic_fetch_sub(&events_live, 1);
+    free(e);
+    return CUDA_SUCCESS;
+}
+/* Test control: events created and not destroyed. */
+EXPORT uint64_t simcuda_events_live(void) { return atomic_load(&events_live); }
 
 /* Test controls (not part of the CUDA API). */
 EXPORT void simcuda_release(void) { atomic_store(&released, 1); }

@@ -668,3 +668,69 @@ fn the_self_cost_switch_accounts_for_every_launch_and_mark() {
     // One per 8 launches by default (less the first launches, before the marks' memory).
     assert!(marks >= launches / 10, "{line}");
 }
+
+/// Marks are event records by default (the flush thread polls them), stream writes where
+/// events cannot be had: either way the stuck kernel is named exactly, with its grid and the
+/// full queue behind it. With stream writes refused by the driver, only the event marks can
+/// have named it; with events refused, one line says the marks fell back to stream writes.
+#[test]
+fn event_marks_name_the_stuck_kernel_and_stream_writes_take_over_without_events() {
+    require_root!();
+    let shim = shim_path();
+    for (case, driver_env) in [
+        ("only events work", "SIMCUDA_WRITE_VALUE_FAILS"),
+        ("no events", "SIMCUDA_NO_EVENTS"),
+    ] {
+        let log = std::env::temp_dir().join(format!(
+            "wp-event-marks-{}-{}.stderr",
+            driver_env.to_lowercase(),
+            std::process::id()
+        ));
+        let w = Worker::spawn_logged(
+            &["wedge", "10", "400"],
+            &[
+                ("CUDA_INJECTION64_PATH", &shim),
+                ("SIMCUDA_RELEASE_AFTER_S", "8"),
+                ("WEDGEPROBE_SHIM_DEBUG", "1"),
+                (driver_env, "1"),
+            ],
+            &log,
+        );
+        sleep(secs(1.5));
+        let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+        drop(w);
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let head = &r["kernels"][0];
+        assert_eq!(
+            r["verdict"]["kind"], "kernel_wedge",
+            "{case}: {}",
+            r["verdict"]
+        );
+        assert_eq!(
+            head["kernel"], "_Z17attn_wedge_kernelP7barrierPf",
+            "{case}: {head}"
+        );
+        assert_eq!(head["exact"], true, "{case}: {head}");
+        assert_eq!(head["grid"], serde_json::json!([132, 2, 1]), "{case}");
+        assert!(
+            head["queued_behind"].as_u64().unwrap() >= 900,
+            "{case}: {head}"
+        );
+        let j = &r["targets"][0]["journal"];
+        assert!(j["marks_passed"].as_u64().unwrap() > 0, "{case}: {j}");
+        if driver_env == "SIMCUDA_NO_EVENTS" {
+            assert!(
+                log.contains(
+                    "event marks unavailable (cuEventCreate returned 2); marking with stream writes"
+                ),
+                "{case}: {log}"
+            );
+        } else {
+            assert!(
+                log.contains(": Ok(())"),
+                "{case}: no event ring created: {log}"
+            );
+            assert!(!log.contains("event marks unavailable"), "{case}: {log}");
+        }
+    }
+}

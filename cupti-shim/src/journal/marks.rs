@@ -1,8 +1,10 @@
 //! The journal's stream marks: per stream, the correlation id through which its kernels have
 //! completed, as the stream itself reports it (see `crate::marks` for when marks are
-//! enqueued). The GPU writes each stream's progress word in pinned process memory; the flush
-//! thread copies it into the stream's `MarkSlot` with the time it first saw the value, and
-//! launches read it directly to reuse in-flight slots of retired launches.
+//! enqueued). A stream write mark's progress word is written by the GPU in pinned process
+//! memory; an event mark's progress is found by the flush thread's poll (`crate::event_ring`)
+//! and noted in `done_seen`. The flush thread copies the higher of the two into the stream's
+//! `MarkSlot` with the time it first saw the value, and launches read them directly to reuse
+//! in-flight slots of retired launches.
 //!
 //! Slots are claimed once per stream (first launch on it), off the per-launch path.
 
@@ -52,6 +54,7 @@ impl Writer {
                 Ok(_) => {
                     self.half(off + DEVICE).store(device, Relaxed);
                     self.word(off + STREAM).store(stream, Release);
+                    self.marks_claimed[i as usize / 64].fetch_or(1 << (i % 64), Release);
                     return Some(i);
                 }
                 Err(k) if k == key => return Some(i),
@@ -71,27 +74,44 @@ impl Writer {
         self.marks_done.store(words.cast(), Release);
     }
 
-    /// Stream `i`'s progress word (0 before any mark passed).
+    /// Stream `i`'s progress: the higher of its pinned word and what event polls found (0
+    /// before any mark passed).
     pub fn mark_done(&self, i: u32) -> u64 {
-        let p = self.marks_done.load(Acquire);
-        if p.is_null() || i >= self.layout.marks_cap {
+        let Some(seen) = self.done_seen.get(i as usize) else {
             return 0;
+        };
+        let seen = seen.load(Acquire);
+        let p = self.marks_done.load(Acquire);
+        if p.is_null() {
+            return seen;
         }
-        // SAFETY: `set_mark_words` contract: `marks_cap` atomics.
-        unsafe { &*p.add(i as usize) }.load(Acquire)
+        // SAFETY: `set_mark_words` contract: `marks_cap` atomics; `i` < marks_cap (checked
+        // by the `done_seen` lookup, which has marks_cap entries).
+        seen.max(unsafe { &*p.add(i as usize) }.load(Acquire))
     }
 
-    /// Copies every claimed stream's progress word into its journal slot, noting when a value
-    /// was first seen (flush thread, every 100 ms).
-    pub fn publish_marks(&self, now_ns: u64) {
-        if self.marks_done.load(Relaxed).is_null() {
-            return;
+    /// An event poll found stream `i`'s kernels complete through `correlation`.
+    pub fn mark_progress(&self, i: u32, correlation: u64) {
+        if let Some(seen) = self.done_seen.get(i as usize) {
+            seen.fetch_max(correlation, Release);
         }
-        for i in 0..self.layout.marks_cap {
+    }
+
+    /// The claimed mark slots, in index order.
+    pub fn claimed_marks(&self) -> impl Iterator<Item = u32> + '_ {
+        self.marks_claimed.iter().enumerate().flat_map(|(w, bits)| {
+            let bits = bits.load(Acquire);
+            (0..64u32)
+                .filter(move |b| bits & (1 << b) != 0)
+                .map(move |b| w as u32 * 64 + b)
+        })
+    }
+
+    /// Copies every claimed stream's progress into its journal slot, noting when a value was
+    /// first seen (flush thread, every tick).
+    pub fn publish_marks(&self, now_ns: u64) {
+        for i in self.claimed_marks() {
             let off = self.mark_off(i);
-            if self.half(off + KEY).load(Relaxed) == 0 {
-                continue;
-            }
             let done = self.mark_done(i);
             let slot: &AtomicU64 = self.word(off + DONE);
             if slot.load(Relaxed) != done {
