@@ -655,7 +655,9 @@ unsafe extern "C" fn on_api(
                 launch_ns: now,
                 stream,
                 stream_id,
-                device: crate::driver::device_of(d.context as usize),
+                device: crate::thread_state::with(|t| {
+                    crate::driver::device_of(t, d.context as usize)
+                }),
                 api,
                 grid,
                 block,

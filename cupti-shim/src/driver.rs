@@ -187,25 +187,20 @@ pub fn kernel_node_name(node: CUgraphNode) -> Vec<u8> {
     unsafe { CStr::from_ptr(name) }.to_bytes().to_vec()
 }
 
-thread_local! {
-    /// (context, its device) of this thread's last launch: cuCtxGetDevice once per context.
-    static DEVICE: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, 0)) };
-}
-
-/// The device of a launch's context, which is current during the launch call.
-pub fn device_of(ctx: usize) -> u32 {
-    DEVICE.with(|c| {
-        let (cached_ctx, dev) = c.get();
-        if cached_ctx == ctx && cached_ctx != 0 {
-            return dev;
-        }
-        let mut d = 0i32;
-        let ok = driver()
-            .ctx_get_device
-            // SAFETY: an out-pointer; the launch's context is current.
-            .is_some_and(|f| unsafe { f(&mut d) } == 0);
-        let dev = if ok { d.max(0) as u32 } else { 0 };
-        c.set((ctx, dev));
-        dev
-    })
+/// The device of a launch's context, which is current during the launch call (cached per
+/// thread: cuCtxGetDevice once per context).
+#[inline]
+pub fn device_of(t: &crate::thread_state::ThreadState, ctx: usize) -> u32 {
+    let (cached_ctx, dev) = t.device.get();
+    if cached_ctx == ctx && cached_ctx != 0 {
+        return dev;
+    }
+    let mut d = 0i32;
+    let ok = driver()
+        .ctx_get_device
+        // SAFETY: an out-pointer; the launch's context is current.
+        .is_some_and(|f| unsafe { f(&mut d) } == 0);
+    let dev = if ok { d.max(0) as u32 } else { 0 };
+    t.device.set((ctx, dev));
+    dev
 }

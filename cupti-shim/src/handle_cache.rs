@@ -14,7 +14,7 @@
 use std::cell::Cell;
 
 /// (handle, tag, value); value 0 = nothing cached.
-type Entry = Cell<(usize, u64, u32)>;
+type Entry = Cell<(usize, u64, u64)>;
 
 pub struct HandleCache<const SETS: usize> {
     sets: [[Entry; 2]; SETS],
@@ -38,7 +38,7 @@ impl<const SETS: usize> HandleCache<SETS> {
 
     /// The value cached for (`key`, `tag`), or `make`'s (cached unless 0). `tag` tells a reused
     /// handle apart (an epoch, a check of the name).
-    pub fn get_or(&self, key: usize, tag: u64, make: impl FnOnce() -> u32) -> u32 {
+    pub fn get_or(&self, key: usize, tag: u64, make: impl FnOnce() -> u64) -> u64 {
         let set = &self.sets[Self::set_of(key) % SETS];
         let first = set[0].get();
         if first.0 == key && first.1 == tag && first.2 != 0 {
@@ -73,9 +73,9 @@ mod tests {
             for (i, &h) in handles.iter().enumerate() {
                 let v = cache.get_or(h, 1, || {
                     made += 1;
-                    i as u32 + 1
+                    i as u64 + 1
                 });
-                assert_eq!(v, i as u32 + 1);
+                assert_eq!(v, i as u64 + 1);
             }
         }
         assert!(made <= 48 + 48, "{made} driver lookups for 48 handles");

@@ -44,6 +44,27 @@ const SEQ_PROBE: u32 = 8;
 /// A prime larger than any held run the probe limit could cross.
 const HASHED_STEP: u64 = 5003;
 
+/// `x % cap` for the writer's capacities, which are powers of two (`Writer::create`): a mask,
+/// not a 64-bit division (tens of cycles; a launch made five). With any other capacity the
+/// index is still below `cap`, only spread unevenly.
+#[inline(always)]
+pub(crate) fn wrap(x: u64, cap: u32) -> u32 {
+    (x & u64::from(cap.wrapping_sub(1))) as u32
+}
+
+/// Whether the CPU has PREFETCHW (CPUID 8000_0001h, ECX bit 8): Intel since Broadwell, AMD
+/// since K6.
+fn has_prefetchw() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Leaf 8000_0000h says which extended leaves exist.
+        let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
+        max >= 0x8000_0001 && core::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 8) != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// A launch as the callback saw it: the in-flight slot's own fields (`seq` is ignored).
 pub use probe_common::journal::InflightSlot as Launch;
 
@@ -78,6 +99,8 @@ pub struct Writer {
     /// Which mark slots are claimed (one bit each): the flush thread's walks over the streams
     /// (publishing, polling events) visit those, not all `marks_cap`.
     marks_claimed: Box<[AtomicU64]>,
+    /// The CPU has PREFETCHW (`prefetch_for_write`).
+    prefetchw: bool,
 }
 
 // SAFETY: every access through `base` is atomic; the memory outlives the writer (contract of
@@ -91,7 +114,8 @@ impl Writer {
     ///
     /// # Safety
     /// `mem` must be 8-byte aligned, writable, zero-filled, at least `layout.total_size()`
-    /// bytes long, and stay mapped for the writer's lifetime.
+    /// bytes long, and stay mapped for the writer's lifetime. The layout's capacities should
+    /// be powers of two (`wrap`); others work, with uneven hashing.
     pub unsafe fn create(
         mem: NonNull<u8>,
         layout: Layout,
@@ -99,6 +123,19 @@ impl Writer {
         mono_ns: u64,
         real_ns: u64,
     ) -> Self {
+        debug_assert!(
+            [
+                layout.threads_cap,
+                layout.inflight_cap,
+                layout.ring_cap,
+                layout.names_cap,
+                layout.graphs_cap,
+                layout.marks_cap
+            ]
+            .iter()
+            .all(|c| c.is_power_of_two()),
+            "journal capacities must be powers of two"
+        );
         let w = Self {
             base: mem,
             layout,
@@ -108,6 +145,7 @@ impl Writer {
             marks_claimed: (0..layout.marks_cap.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            prefetchw: has_prefetchw(),
         };
         let header = layout.header(pid, mono_ns, real_ns);
         let words = size_of::<Header>() / 8;
@@ -120,6 +158,34 @@ impl Writer {
         }
         w.word(0).store(src[0], Release);
         w
+    }
+
+    /// Asks for the cache lines of the `len` bytes at `off` with intent to write. A launch
+    /// writes a new ring record and a new in-flight slot (104 bytes each, two or three cache
+    /// lines) that were last touched thousands of launches ago: their stores missed the
+    /// cache, and the next locked instruction waited for them (the journal writes were ~220 ns
+    /// of a launch on the H200, BENCHMARKS.md session 8). Fetched here for the next launch,
+    /// they are in the cache by the time it writes them, microseconds later.
+    #[inline(always)]
+    fn prefetch_for_write(&self, off: u64, len: u64) {
+        #[cfg(target_arch = "x86_64")]
+        for at in [0, 64, len - 1] {
+            let p = self.base.as_ptr().wrapping_add((off + at) as usize);
+            if self.prefetchw {
+                // SAFETY: a prefetch never faults (an address outside the mapping is a
+                // no-op); `has_prefetchw` checked the instruction exists.
+                unsafe {
+                    core::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+                };
+            } else {
+                // SAFETY: as above; SSE is part of x86-64.
+                unsafe {
+                    core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                        p.cast(),
+                    )
+                };
+            }
+        }
     }
 
     fn word(&self, off: u64) -> &AtomicU64 {
@@ -197,9 +263,9 @@ impl Writer {
     /// Callers cache the index per thread.
     pub fn thread_slot(&self, tid: u32) -> Option<u32> {
         let cap = self.layout.threads_cap;
-        let home = tid.wrapping_mul(0x9e37_79b9) % cap;
+        let home = wrap(u64::from(tid.wrapping_mul(0x9e37_79b9)), cap);
         for k in 0..cap.min(MAX_PROBE) {
-            let i = (home + k) % cap;
+            let i = wrap(u64::from(home + k), cap);
             let owner = self.half(self.thread_off(i) + offset_of!(ThreadSlot, tid) as u64);
             match owner.compare_exchange(0, tid, AcqRel, Acquire) {
                 Ok(_) => return Some(i),
@@ -213,7 +279,7 @@ impl Writer {
 
     /// Thread of `slot` enters `api` (a `probe_common::api` id) now.
     pub fn enter(&self, slot: u32, api: u32, correlation: u64, now_ns: u64) {
-        let off = self.thread_off(slot % self.layout.threads_cap);
+        let off = self.thread_off(wrap(u64::from(slot), self.layout.threads_cap));
         let since = self.word(off + offset_of!(ThreadSlot, since_ns) as u64);
         since.store(0, Relaxed);
         self.half(off + offset_of!(ThreadSlot, api) as u64)
@@ -224,7 +290,7 @@ impl Writer {
     }
 
     pub fn exit(&self, slot: u32) {
-        let off = self.thread_off(slot % self.layout.threads_cap);
+        let off = self.thread_off(wrap(u64::from(slot), self.layout.threads_cap));
         self.word(off + offset_of!(ThreadSlot, since_ns) as u64)
             .store(0, Release);
     }
@@ -236,7 +302,7 @@ impl Writer {
     }
 
     fn home(&self, key: u64, cap: u32) -> u32 {
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % cap
+        wrap(key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32, cap)
     }
 
     /// The in-flight slots a launch may occupy, in the order they are tried: `SEQ_PROBE` from
@@ -246,12 +312,14 @@ impl Writer {
     /// sequence.
     fn inflight_probes(&self, correlation: u64) -> impl Iterator<Item = u32> + use<> {
         let cap = self.layout.inflight_cap;
-        let seq = (correlation % cap as u64) as u32;
+        let seq = wrap(correlation, cap);
         let hashed = self.home(correlation, cap);
-        (0..cap.min(SEQ_PROBE)).map(move |k| (seq + k) % cap).chain(
-            (0..cap.min(MAX_PROBE))
-                .map(move |k| ((hashed as u64 + k as u64 * HASHED_STEP) % cap as u64) as u32),
-        )
+        (0..cap.min(SEQ_PROBE))
+            .map(move |k| wrap(u64::from(seq + k), cap))
+            .chain(
+                (0..cap.min(MAX_PROBE))
+                    .map(move |k| wrap(u64::from(hashed) + u64::from(k) * HASHED_STEP, cap)),
+            )
     }
 
     /// Records a launch: an in-flight slot (until its completion) and a ring record.
@@ -294,6 +362,11 @@ impl Writer {
             corr.store(l.correlation, Relaxed);
             self.half(off + offset_of!(InflightSlot, seq) as u64)
                 .store(seq + 2, Release);
+            // The next launch's sequential home.
+            self.prefetch_for_write(
+                self.inflight_off(wrap(l.correlation + 1, self.layout.inflight_cap)),
+                size_of::<InflightSlot>() as u64,
+            );
             return true;
         }
         self.count_drop(drops::INFLIGHT_FULL);
@@ -314,25 +387,24 @@ impl Writer {
         Some(s)
     }
 
+    /// The slot's fields after its seqlock word, as whole words (`name_id` shares a word with
+    /// `seq`): 12 stores, not the 21 a field at a time took.
     fn write_inflight(&self, off: u64, l: &Launch) {
-        let h = |f: usize, v: u32| self.half(off + f as u64).store(v, Relaxed);
-        let w = |f: usize, v: u64| self.word(off + f as u64).store(v, Relaxed);
-        h(offset_of!(InflightSlot, name_id), l.name_id);
-        w(offset_of!(InflightSlot, launch_ns), l.launch_ns);
-        w(offset_of!(InflightSlot, stream), l.stream);
-        h(offset_of!(InflightSlot, stream_id), l.stream_id);
-        h(offset_of!(InflightSlot, device), l.device);
-        h(offset_of!(InflightSlot, api), l.api);
-        h(offset_of!(InflightSlot, tid), l.tid);
-        for i in 0..3 {
-            h(offset_of!(InflightSlot, grid) + 4 * i, l.grid[i]);
-            h(offset_of!(InflightSlot, block) + 4 * i, l.block[i]);
-            h(offset_of!(InflightSlot, cluster) + 4 * i, l.cluster[i]);
+        self.half(off + offset_of!(InflightSlot, name_id) as u64)
+            .store(l.name_id, Relaxed);
+        let slot = InflightSlot { _pad: 0, ..*l };
+        const FIRST: usize = offset_of!(InflightSlot, launch_ns) / 8;
+        const WORDS: usize = size_of::<InflightSlot>() / 8;
+        // SAFETY: InflightSlot is plain old data of WORDS u64s (size pinned by probe-common).
+        let src = unsafe {
+            core::slice::from_raw_parts((&slot as *const InflightSlot).cast::<u64>(), WORDS)
+        };
+        let base = self.base.as_ptr().wrapping_add(off as usize);
+        for (i, &w) in src.iter().enumerate().skip(FIRST) {
+            // SAFETY: as for `word`: an 8-aligned offset inside the journal, accessed
+            // atomically only.
+            unsafe { AtomicU64::from_ptr(base.add(8 * i).cast()) }.store(w, Relaxed);
         }
-        h(offset_of!(InflightSlot, graph_id), l.graph_id);
-        h(offset_of!(InflightSlot, nodes_pending), l.nodes_pending);
-        h(offset_of!(InflightSlot, mark), l.mark);
-        h(offset_of!(InflightSlot, flags), l.flags);
     }
 
     /// Whether the launch `correlation` held in the slot at `off` is done by its stream's
@@ -575,7 +647,7 @@ impl Writer {
             .word(offset_of!(Header, ring_head) as u64)
             .fetch_add(1, AcqRel);
         let off = self.layout.ring_off()
-            + (index % self.layout.ring_cap as u64) * size_of::<RingRecord>() as u64;
+            + u64::from(wrap(index, self.layout.ring_cap)) * size_of::<RingRecord>() as u64;
         let seq = self.word(off + offset_of!(RingRecord, seq) as u64);
         seq.store(2 * index + 1, Relaxed);
         core::sync::atomic::fence(Release);
@@ -584,10 +656,18 @@ impl Writer {
         let src =
             unsafe { core::slice::from_raw_parts((r as *const RingRecord).cast::<u64>(), words) };
         // Word 0 is `seq`: everything after it, then seq last.
+        let base = self.base.as_ptr().wrapping_add(off as usize);
         for (i, &w) in src.iter().enumerate().skip(1) {
-            self.word(off + 8 * i as u64).store(w, Relaxed);
+            // SAFETY: as for `word`: an 8-aligned offset inside the journal, accessed
+            // atomically only.
+            unsafe { AtomicU64::from_ptr(base.add(8 * i).cast()) }.store(w, Relaxed);
         }
         seq.store(2 * index + 2, Release);
+        self.prefetch_for_write(
+            self.layout.ring_off()
+                + u64::from(wrap(index + 1, self.layout.ring_cap)) * size_of::<RingRecord>() as u64,
+            size_of::<RingRecord>() as u64,
+        );
     }
 
     // ---- names ----
@@ -598,7 +678,7 @@ impl Writer {
         let cap = self.layout.names_cap;
         let home = self.home(hash, cap);
         for k in 0..cap.min(MAX_PROBE) {
-            let i = (home + k) % cap;
+            let i = wrap(u64::from(home + k), cap);
             let off = self.layout.names_off() + i as u64 * size_of::<NameSlot>() as u64;
             let slot_hash = self.word(off + offset_of!(NameSlot, hash) as u64);
             // Every launch interns its name: the common case (already there) must be a plain

@@ -15,11 +15,10 @@
 //! CUPTI's launch callbacks record them (their completion records need CUPTI's ids).
 
 use std::{
-    cell::Cell,
     ffi::{CStr, c_char, c_void},
     sync::{
         OnceLock,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
     },
 };
 
@@ -27,9 +26,9 @@ use probe_common::api;
 
 use crate::{
     code_patch,
-    handle_cache::HandleCache,
     journal::Launch,
     recorder::{self, monotonic_ns},
+    thread_state::{self, ThreadState},
 };
 
 /// The hooks are in place and record launches.
@@ -48,14 +47,9 @@ pub static VERIFY: AtomicBool = AtomicBool::new(false);
 pub static SEEN_BY_CUPTI: AtomicU64 = AtomicU64::new(0);
 pub static MISSED_BY_HOOKS: AtomicU64 = AtomicU64::new(0);
 
-thread_local! {
-    /// This thread is inside a hooked entry point (the coverage check reads it).
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
-}
-
 /// Whether the calling thread is inside a hooked launch entry point now.
 pub fn inside() -> bool {
-    INSIDE.with(Cell::get)
+    thread_state::with(|t| t.inside.get())
 }
 
 /// The coverage check's line, at exit.
@@ -299,29 +293,9 @@ pub fn remove() {
     }
 }
 
-thread_local! {
-    /// Launched functions' name ids by handle (tag: epoch).
-    static NAMES: HandleCache<256> = const { HandleCache::new() };
-    /// Streams' ids by (handle, per-thread flag) (tag: epoch).
-    static STREAMS: HandleCache<32> = const { HandleCache::new() };
-    /// Executable graphs' ids by handle (tag: epoch).
-    static GRAPHS: HandleCache<32> = const { HandleCache::new() };
-}
-
-/// A per-thread cache lookup under the current epoch: `make` runs on a miss (its 0 is not
-/// cached).
-fn cached<const N: usize>(
-    cache: &'static std::thread::LocalKey<HandleCache<N>>,
-    key: usize,
-    make: impl FnOnce() -> u32,
-) -> u32 {
-    let epoch = EPOCH.load(Ordering::Acquire);
-    cache.with(|c| c.get_or(key, epoch, make))
-}
-
 /// The mangled name of a launched function (a `CUfunction`, or a `CUkernel` passed as one).
-fn function_name_id(rec: &recorder::Recorder, f: *mut c_void) -> u32 {
-    cached(&NAMES, f as usize, || {
+fn function_name_id(rec: &recorder::Recorder, t: &ThreadState, epoch: u64, f: *mut c_void) -> u32 {
+    t.names.get_or(f as usize, epoch, || {
         let d = crate::driver::driver();
         let mut p: *const c_char = std::ptr::null();
         // SAFETY: out-pointer; the driver validates the handle and fails on a foreign one.
@@ -331,12 +305,25 @@ fn function_name_id(rec: &recorder::Recorder, f: *mut c_void) -> u32 {
             || d.kernel_name
                 .is_some_and(|g| unsafe { g(&mut p, f.cast()) } == 0);
         if !ok || p.is_null() {
-            return rec.writer().intern(b"(kernel name unknown)");
+            return rec.writer().intern(b"(kernel name unknown)").into();
         }
         // SAFETY: a NUL-terminated name the driver owns; bounded.
         let name = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), libc::strnlen(p, 4096)) };
-        rec.writer().intern(name)
-    })
+        rec.writer().intern(name).into()
+    }) as u32
+}
+
+/// The name id graph launches carry (interned once).
+fn graph_launch_name(rec: &recorder::Recorder) -> u32 {
+    static ID: AtomicU32 = AtomicU32::new(0);
+    match ID.load(Ordering::Relaxed) {
+        0 => {
+            let id = rec.writer().intern(b"(graph launch)");
+            ID.store(id, Ordering::Relaxed);
+            id
+        }
+        id => id,
+    }
 }
 
 fn capturing(stream: *mut c_void) -> bool {
@@ -360,7 +347,9 @@ pub(crate) fn current_context() -> usize {
 
 /// Records a launch before the driver sees it; the exit is recorded by `after`. Returns
 /// whether it was recorded.
+#[inline(always)]
 fn before(
+    t: &ThreadState,
     entry: Entry,
     f: *mut c_void,
     grid: [u32; 3],
@@ -368,7 +357,7 @@ fn before(
     stream: *mut c_void,
     graph_exec: *mut c_void,
 ) -> bool {
-    INSIDE.with(|i| i.set(true));
+    t.inside.set(true);
     if !recording() {
         return false;
     }
@@ -392,35 +381,46 @@ fn before(
     let correlation = rec.next_correlation();
     let now = monotonic_ns();
     let api = API[i].load(Ordering::Relaxed) as u32;
-    rec.api_enter(api, correlation, now);
+    rec.api_enter_in(t, api, correlation, now);
     phases.next(crate::self_cost::Phase::Enter);
     let ctx = current_context();
     (resolve.context)(ctx);
-    let stream_id = cached(
-        &STREAMS,
-        (stream as usize) ^ usize::from(per_thread),
-        || (resolve.stream_id)(ctx, stream as usize, per_thread),
-    );
+    let epoch = EPOCH.load(Ordering::Acquire);
+    let device = crate::driver::device_of(t, ctx);
+    let handle = crate::marks::stream_handle(stream as u64, per_thread != 0);
+    // The stream's id and its journal mark slot, cached together: both are lookups
+    // (a driver call; a probe of the journal's mark table) a stream's launches repeat.
+    let cached = t
+        .streams
+        .get_or((stream as usize) ^ usize::from(per_thread), epoch, || {
+            let id = (resolve.stream_id)(ctx, stream as usize, per_thread);
+            let slot = rec
+                .mark_slot_of(id, device, handle)
+                .map_or(0, |s| u64::from(s) + 1);
+            (u64::from(id) + 1) | (slot << 32)
+        });
+    let stream_id = (cached as u32).wrapping_sub(1);
+    let mark_slot = ((cached >> 32) as u32).checked_sub(1);
     let (name_id, graph_id) = if graph_exec.is_null() {
-        (function_name_id(rec, f), 0)
+        (function_name_id(rec, t, epoch, f), 0)
     } else {
         (
-            rec.writer().intern(b"(graph launch)"),
-            cached(&GRAPHS, graph_exec as usize, || {
-                (resolve.graph_id)(graph_exec as usize)
-            }),
+            graph_launch_name(rec),
+            t.graphs.get_or(graph_exec as usize, epoch, || {
+                (resolve.graph_id)(graph_exec as usize).into()
+            }) as u32,
         )
     };
-    let stream = crate::marks::stream_handle(stream as u64, per_thread != 0);
     phases.next(crate::self_cost::Phase::Resolve);
-    rec.launch_named(
+    rec.launch_named_in(
+        t,
         name_id,
         Launch {
             correlation,
             launch_ns: now,
-            stream,
+            stream: handle,
             stream_id,
-            device: crate::driver::device_of(ctx),
+            device,
             api,
             grid,
             block,
@@ -429,51 +429,42 @@ fn before(
             ..Launch::default()
         },
         ctx as u64,
+        mark_slot,
     );
     phases.next(crate::self_cost::Phase::Record);
     true
 }
 
-fn after(recorded: bool, result: u32) {
-    INSIDE.with(|i| i.set(false));
+#[inline(always)]
+fn after(t: &ThreadState, recorded: bool, result: u32) {
+    t.inside.set(false);
     if recorded && let Some(rec) = recorder::get() {
         let mut phases = crate::self_cost::Phases::start();
-        rec.api_exit(result == 0);
+        rec.api_exit_in(t, result == 0);
         phases.next(crate::self_cost::Phase::Exit);
     }
 }
 
-/// `before`, never unwinding into the caller.
-fn guarded_before(
-    entry: Entry,
-    f: *mut c_void,
-    grid: [u32; 3],
-    block: [u32; 3],
-    stream: *mut c_void,
-    graph_exec: *mut c_void,
-) -> bool {
-    std::panic::catch_unwind(|| before(entry, f, grid, block, stream, graph_exec)).unwrap_or(false)
-}
-
-fn guarded_after(recorded: bool, result: u32) {
-    let _ = std::panic::catch_unwind(|| after(recorded, result));
-}
-
-/// One hooked call: `before` (guarded; whether it recorded), the driver's `call`, then the
-/// exit (guarded). Under `crate::self_cost` the shim's part on both sides is timed.
+/// One hooked call: `before` (whether it recorded), the driver's `call`, then the exit —
+/// the shim's parts under `catch_unwind`, so nothing unwinds into the caller; the thread's
+/// state looked up once for both. Under `crate::self_cost` the shim's part on both sides is
+/// timed.
 #[inline(always)]
-fn hooked(before: impl FnOnce() -> bool, call: impl FnOnce() -> u32) -> u32 {
-    let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
-    let recorded = before();
-    let t1 = t0.map(|_| crate::self_cost::tsc());
-    let r = call();
-    let t2 = t0.map(|_| crate::self_cost::tsc());
-    guarded_after(recorded, r);
-    if let (true, Some(t0), Some(t1), Some(t2)) = (recorded, t0, t1, t2) {
-        let t3 = crate::self_cost::tsc();
-        crate::self_cost::launch(t1.wrapping_sub(t0).wrapping_add(t3.wrapping_sub(t2)));
-    }
-    r
+fn hooked(before: impl FnOnce(&ThreadState) -> bool, call: impl FnOnce() -> u32) -> u32 {
+    thread_state::with(|t| {
+        let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
+        let recorded =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| before(t))).unwrap_or(false);
+        let t1 = t0.map(|_| crate::self_cost::tsc());
+        let r = call();
+        let t2 = t0.map(|_| crate::self_cost::tsc());
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| after(t, recorded, r)));
+        if let (true, Some(t0), Some(t1), Some(t2)) = (recorded, t0, t1, t2) {
+            let t3 = crate::self_cost::tsc();
+            crate::self_cost::launch(t1.wrapping_sub(t0).wrapping_add(t3.wrapping_sub(t2)));
+        }
+        r
+    })
 }
 
 fn original(entry: Entry) -> usize {
@@ -497,8 +488,9 @@ macro_rules! launch_hook {
             $($tail: *mut *mut c_void,)*
         ) -> u32 {
             hooked(
-                || {
-                    guarded_before(
+                |t| {
+                    before(
+                        t,
                         $entry,
                         f,
                         [gx, gy, gz],
@@ -529,8 +521,9 @@ macro_rules! launch_ex_hook {
             hooked(
                 // SAFETY: the caller's config, valid for the call (null is the driver's to
                 // refuse).
-                || match unsafe { config.as_ref() } {
-                    Some(c) => guarded_before(
+                |t| match unsafe { config.as_ref() } {
+                    Some(c) => before(
+                        t,
                         $entry,
                         f,
                         [c.gridDimX, c.gridDimY, c.gridDimZ],
@@ -555,7 +548,17 @@ macro_rules! graph_hook {
     ($name:ident, $entry:expr) => {
         unsafe extern "C" fn $name(exec: *mut c_void, stream: *mut c_void) -> u32 {
             hooked(
-                || guarded_before($entry, std::ptr::null_mut(), [0; 3], [0; 3], stream, exec),
+                |t| {
+                    before(
+                        t,
+                        $entry,
+                        std::ptr::null_mut(),
+                        [0; 3],
+                        [0; 3],
+                        stream,
+                        exec,
+                    )
+                },
                 // SAFETY: the trampoline to the original, which has this signature.
                 || unsafe { std::mem::transmute::<usize, GraphFn>(original($entry))(exec, stream) },
             )

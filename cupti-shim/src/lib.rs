@@ -32,6 +32,7 @@ pub mod recorder;
 pub mod self_cost;
 pub mod shm;
 pub mod sim_backend;
+mod thread_state;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

@@ -11,7 +11,8 @@ use crate::{launch_hooks, log_line, recorder, self_cost};
 /// `coarse_clock` reads CLOCK_MONOTONIC_COARSE (a jiffy's resolution) instead of
 /// CLOCK_MONOTONIC (the clock read's price); `toggle` lets the process switch recording
 /// (`wedgeprobe_shim_measure_pass`); `self_cost` times the shim's own work and prints it at
-/// exit (`crate::self_cost`). Comma-separated; one log line when any is on.
+/// exit (`crate::self_cost`), `phases` splits it by phase too (dearer: the timer's own reads
+/// are counted). Comma-separated; one log line when any is on.
 pub fn switches() {
     let v = std::env::var("WEDGEPROBE_SHIM_MEASURE").unwrap_or_default();
     let mut on = false;
@@ -19,13 +20,17 @@ pub fn switches() {
         match w {
             "toggle" => TOGGLE.store(true, Relaxed),
             "self_cost" => self_cost::enable(),
+            "phases" => {
+                self_cost::enable();
+                self_cost::BY_PHASE.store(true, Relaxed);
+            }
             "pass" => launch_hooks::MEASURE_PASS.store(true, Relaxed),
             "coarse_clock" => recorder::CLOCK.store(libc::CLOCK_MONOTONIC_COARSE, Relaxed),
             "" => continue,
             other => {
                 let line = format!(
                     "WEDGEPROBE_SHIM_MEASURE: `{other}` is not a measurement switch \
-                     (self_cost, pass, coarse_clock, toggle); ignored"
+                     (self_cost, phases, pass, coarse_clock, toggle); ignored"
                 );
                 log_line(line.as_bytes());
                 continue;

@@ -6,12 +6,9 @@
 //! Hot path rules: no allocation (the thread's slot index is cached in a const-initialised
 //! thread-local), no locks, no panics (callers at the FFI boundary also catch unwinds).
 
-use std::{
-    cell::Cell,
-    sync::{
-        OnceLock,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
+use std::sync::{
+    OnceLock,
+    atomic::{AtomicBool, AtomicU64, Ordering},
 };
 
 use probe_common::journal::{Layout, RECORD_MARKS, RECORD_PER_KERNEL, STATE_OFF};
@@ -20,6 +17,7 @@ use crate::{
     journal::{Completion, Launch, Writer},
     marks::{self, Pending},
     shm::SharedFile,
+    thread_state::{self, SLOT_NONE, SLOT_UNCLAIMED, ThreadState},
 };
 
 pub struct Recorder {
@@ -41,28 +39,6 @@ pub struct Recorder {
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
-thread_local! {
-    /// This thread's journal slot; u32::MAX = not claimed yet, u32::MAX - 1 = none left.
-    static SLOT: Cell<u32> = const { Cell::new(u32::MAX) };
-    /// This thread's id (0 = not read yet): gettid is a syscall, too dear for every launch.
-    static TID: Cell<u32> = const { Cell::new(0) };
-    /// The launch this thread is inside now: (correlation, name id); (0, 0) outside. A graph
-    /// node created during a launch call is that launch being captured into a graph.
-    static IN_LAUNCH: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
-    /// The launch this thread is inside, if its stream is marked: (correlation, graph launch,
-    /// what `Marks::before_launch` decided), for the API exit.
-    static PENDING: Cell<Option<(u64, bool, Pending)>> = const { Cell::new(None) };
-    /// Names this thread launched, by the address of the name the callback passed: the
-    /// driver hands the same pointer for the same function, and interning hashes the whole
-    /// name (PyTorch's templated kernels' mangled names run to 200–300 bytes; FNV-1a over
-    /// them costs about as much as the rest of the callback). Entries are checked against the
-    /// name's length and first bytes, so a reused address with another name misses.
-    static NAME_CACHE: crate::handle_cache::HandleCache<NAME_CACHE_SETS> =
-        const { crate::handle_cache::HandleCache::new() };
-}
-
-const NAME_CACHE_SETS: usize = 256;
-
 /// Entries of `Recorder::correlation_map` (power of two).
 const CORRELATION_MAP: usize = 1 << 16;
 const OUR_ID_BITS: u32 = 40;
@@ -75,6 +51,7 @@ fn name_check(name: &[u8]) -> u64 {
     u64::from_le_bytes(w) ^ ((name.len() as u64) << 56)
 }
 
+#[inline]
 pub fn monotonic_ns() -> u64 {
     clock(CLOCK.load(Ordering::Relaxed))
 }
@@ -84,6 +61,7 @@ pub fn monotonic_ns() -> u64 {
 pub static CLOCK: std::sync::atomic::AtomicI32 =
     std::sync::atomic::AtomicI32::new(libc::CLOCK_MONOTONIC);
 
+#[inline]
 fn clock(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -92,16 +70,6 @@ fn clock(id: libc::clockid_t) -> u64 {
     // SAFETY: a valid out-pointer and a clock that exists on Linux.
     unsafe { libc::clock_gettime(id, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn gettid() -> u32 {
-    TID.with(|t| {
-        if t.get() == 0 {
-            // SAFETY: gettid has no preconditions.
-            t.set(unsafe { libc::gettid() } as u32);
-        }
-        t.get()
-    })
 }
 
 /// Creates the process's journal; `Err` (with the reason) turns the shim off.
@@ -155,16 +123,16 @@ impl Recorder {
         &self.writer
     }
 
-    fn slot(&self) -> Option<u32> {
-        SLOT.with(|s| match s.get() {
-            u32::MAX => {
-                let slot = self.writer.thread_slot(gettid()).unwrap_or(u32::MAX - 1);
-                s.set(slot);
-                (slot != u32::MAX - 1).then_some(slot)
+    fn slot(&self, t: &ThreadState) -> Option<u32> {
+        match t.slot.get() {
+            SLOT_UNCLAIMED => {
+                let slot = self.writer.thread_slot(t.tid()).unwrap_or(SLOT_NONE);
+                t.slot.set(slot);
+                (slot != SLOT_NONE).then_some(slot)
             }
-            v if v == u32::MAX - 1 => None,
+            SLOT_NONE => None,
             v => Some(v),
-        })
+        }
     }
 
     /// The next correlation id of the recorder's own (launch hooks in place).
@@ -199,7 +167,13 @@ impl Recorder {
 
     /// The calling thread enters a driver/runtime API call (`probe_common::api` id).
     pub fn api_enter(&self, api: u32, correlation: u64, now_ns: u64) {
-        if let Some(slot) = self.slot() {
+        thread_state::with(|t| self.api_enter_in(t, api, correlation, now_ns));
+    }
+
+    /// `api_enter` with the calling thread's state in hand.
+    #[inline]
+    pub fn api_enter_in(&self, t: &ThreadState, api: u32, correlation: u64, now_ns: u64) {
+        if let Some(slot) = self.slot(t) {
             self.writer.enter(slot, api, correlation, now_ns);
         }
     }
@@ -208,7 +182,12 @@ impl Recorder {
     /// marked stream gets its mark here — before the thread's slot says "out of the call", so
     /// a mark that waits for room in a full queue shows as the launch still blocked.
     pub fn api_exit(&self, ok: bool) {
-        if let Some((correlation, graph, pending)) = PENDING.with(Cell::take)
+        thread_state::with(|t| self.api_exit_in(t, ok));
+    }
+
+    /// `api_exit` with the calling thread's state in hand.
+    pub fn api_exit_in(&self, t: &ThreadState, ok: bool) {
+        if let Some((correlation, graph, pending)) = t.pending.take()
             && let Some(m) = marks::get()
         {
             if graph {
@@ -217,8 +196,8 @@ impl Recorder {
                 m.after_launch(&self.writer, pending, correlation, ok);
             }
         }
-        IN_LAUNCH.with(|l| l.set((0, 0)));
-        if let Some(slot) = self.slot() {
+        t.in_launch.set((0, 0));
+        if let Some(slot) = self.slot(t) {
             self.writer.exit(slot);
         }
     }
@@ -254,36 +233,64 @@ impl Recorder {
     /// must be a handle valid for the launching thread (the per-thread default stream as
     /// `marks::STREAM_PER_THREAD`): marks are written to it.
     pub fn launch_keyed(&self, name: &[u8], key: usize, launch: Launch, ctx: u64) {
-        self.launch_named(self.name_id(name, key), launch, ctx);
+        thread_state::with(|t| {
+            let name_id = self.name_id(t, name, key);
+            self.launch_named_in(t, name_id, launch, ctx, None);
+        });
     }
 
-    /// `launch_keyed` with the name already interned (the launch hooks cache name ids).
-    pub fn launch_named(&self, name_id: u32, mut launch: Launch, ctx: u64) {
+    /// `launch_keyed` with the name already interned (the launch hooks cache name ids) and
+    /// the calling thread's state in hand; `mark_slot`: the stream's journal mark slot when
+    /// the caller has it cached.
+    #[inline]
+    pub fn launch_named_in(
+        &self,
+        t: &ThreadState,
+        name_id: u32,
+        mut launch: Launch,
+        ctx: u64,
+        mark_slot: Option<u32>,
+    ) {
         launch.name_id = name_id;
-        launch.tid = gettid();
+        launch.tid = t.tid();
         let graph = launch.graph_id != 0;
         if graph {
             launch.nodes_pending = self.writer.graph_exec_kernels(launch.graph_id);
         }
-        let pending = self.mark_decision(&mut launch, ctx);
-        IN_LAUNCH.with(|l| l.set((launch.correlation, launch.name_id)));
+        let pending = self.mark_decision(&mut launch, ctx, mark_slot);
+        t.in_launch.set((launch.correlation, launch.name_id));
         self.writer.launch(&launch);
-        PENDING.with(|p| p.set(pending.map(|d| (launch.correlation, graph, d))));
+        t.pending
+            .set(pending.map(|d| (launch.correlation, graph, d)));
+    }
+
+    /// The journal mark slot of a launch's stream (`None`: not in the marks mode, or the
+    /// table is full): what the launch hooks cache per stream.
+    pub fn mark_slot_of(&self, stream_id: u32, device: u32, stream: u64) -> Option<u32> {
+        if self.writer.record_mode() != RECORD_MARKS {
+            return None;
+        }
+        self.writer
+            .mark_slot(stream_id.wrapping_add(1).max(1), device, stream)
     }
 
     /// In marks mode: the stream's mark slot (into `launch.mark`), a mark before the launch
     /// after an idle gap, and whether to mark after it. `ctx`: the launch's context (the first
     /// one named is where the flush thread allocates the marks' memory).
-    fn mark_decision(&self, launch: &mut Launch, ctx: u64) -> Option<Pending> {
+    fn mark_decision(
+        &self,
+        launch: &mut Launch,
+        ctx: u64,
+        cached_slot: Option<u32>,
+    ) -> Option<Pending> {
         if self.writer.record_mode() != RECORD_MARKS {
             return None;
         }
         let m = marks::get()?;
-        let slot = self.writer.mark_slot(
-            launch.stream_id.wrapping_add(1).max(1),
-            launch.device,
-            launch.stream,
-        )?;
+        let slot = match cached_slot {
+            Some(s) => s,
+            None => self.mark_slot_of(launch.stream_id, launch.device, launch.stream)?,
+        };
         launch.mark = slot + 1;
         // The context a stream's launches run in: the flush thread's idle marks need it.
         m.set_context(slot, launch.stream, ctx);
@@ -340,19 +347,25 @@ impl Recorder {
         std::time::Duration::from_millis(if fast { 10 } else { 100 })
     }
 
-    fn name_id(&self, name: &[u8], key: usize) -> u32 {
+    /// The name's id, cached by the address the callback passed it at: the driver hands the
+    /// same pointer for the same function, and interning hashes the whole name (PyTorch's
+    /// templated kernels' mangled names run to 200–300 bytes; FNV-1a over them costs about as
+    /// much as the rest of the callback). Entries are checked against the name's length and
+    /// first bytes, so a reused address with another name misses.
+    fn name_id(&self, t: &ThreadState, name: &[u8], key: usize) -> u32 {
         if key == 0 {
             return self.writer.intern(name);
         }
         let check = name_check(name);
-        NAME_CACHE.with(|cache| cache.get_or(key, check, || self.writer.intern(name)))
+        t.callback_names
+            .get_or(key, check, || self.writer.intern(name).into()) as u32
     }
 
     /// CUPTI created kernel node `node_id` in graph `graph_id`. Inside a launch call the node
     /// is that launch, captured: it takes the launch's kernel, and the launch leaves the
     /// in-flight table (it will never run as itself). Otherwise `name` resolves its kernel.
     pub fn graph_kernel_node(&self, node_id: u64, graph_id: u32, name: impl FnOnce() -> Vec<u8>) {
-        let (correlation, launch_name) = IN_LAUNCH.with(|l| l.get());
+        let (correlation, launch_name) = thread_state::with(|t| t.in_launch.get());
         let name_id = if correlation != 0 {
             self.writer.captured(correlation, monotonic_ns());
             launch_name
@@ -365,7 +378,7 @@ impl Recorder {
     /// A graph node was created: inside a launch call, that launch is being captured and
     /// leaves the in-flight table (it will never run as itself).
     pub fn captured_if_in_launch(&self) {
-        let (correlation, _) = IN_LAUNCH.with(|l| l.get());
+        let (correlation, _) = thread_state::with(|t| t.in_launch.get());
         if correlation != 0 {
             self.writer.captured(correlation, monotonic_ns());
         }
@@ -385,7 +398,7 @@ impl Recorder {
     pub fn synced(&self, correlation: u64, stream: u64) {
         self.writer.synced(correlation, stream, monotonic_ns());
         if let Some(m) = marks::get() {
-            m.synced(stream, correlation, gettid());
+            m.synced(stream, correlation, thread_state::with(ThreadState::tid));
         }
     }
 

@@ -11,6 +11,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 pub static ON: AtomicBool = AtomicBool::new(false);
+/// `WEDGEPROBE_SHIM_MEASURE=self_cost,phases`: a launch's time split by phase too. Off by
+/// default: the phase timer reads the TSC ten more times a launch (17 ns each on the H200, 16
+/// on the development VM), and the total then carries them (~170 ns, BENCHMARKS.md session 8).
+pub static BY_PHASE: AtomicBool = AtomicBool::new(false);
 
 /// Why a mark was written (`Marks::mark`'s callers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +70,7 @@ pub struct Phases(u64);
 impl Phases {
     #[inline]
     pub fn start() -> Self {
-        Self(if on() { tsc() } else { 0 })
+        Self(if BY_PHASE.load(Relaxed) { tsc() } else { 0 })
     }
 
     #[inline]
@@ -166,18 +170,25 @@ pub fn line() -> Option<String> {
             .saturating_sub(EVENT_TICKS.load(Relaxed)),
     );
     let polls = POLLS.load(Relaxed);
-    let phases: Vec<String> = PHASE_NAMES
-        .iter()
-        .zip(&PHASE_TICKS)
-        .map(|(n, t)| format!("{n} {:.0}", avg(t, launches)))
-        .collect();
+    let phases = if BY_PHASE.load(Relaxed) {
+        let each: Vec<String> = PHASE_NAMES
+            .iter()
+            .zip(&PHASE_TICKS)
+            .map(|(n, t)| format!("{n} {:.0}", avg(t, launches)))
+            .collect();
+        format!(
+            "by phase, ns per launch, the phase timer's reads included: {}",
+            each.join(", ")
+        )
+    } else {
+        "phases not timed".to_string()
+    };
     Some(format!(
-        "self cost: {launches} launches, {:.0} ns each in the shim (marks included; by phase, \
-         ns per launch: {}); {marks} marks ({:.3} per launch), {:.0} ns each [{}]: {events} \
+        "self cost: {launches} launches, {:.0} ns each in the shim (marks included; {}); {marks} marks ({:.3} per launch), {:.0} ns each [{}]: {events} \
          event records ({:.0} ns each), {writes} stream writes ({:.0} ns each); flush thread: \
          {polls} event polls, {} queries, {:.1} µs each poll; over {:.1} s",
         avg(&LAUNCH_TICKS, launches),
-        phases.join(", "),
+        phases,
         if launches == 0 {
             0.0
         } else {

@@ -33,7 +33,7 @@ impl Writer {
         let cap = self.layout.graphs_cap;
         let home = self.home(key, cap);
         for k in 0..cap.min(MAX_PROBE) {
-            let off = self.graph_off((home + k) % cap);
+            let off = self.graph_off(super::wrap(u64::from(home + k), cap));
             let slot_key = self.word(off + KEY);
             match slot_key.load(Acquire) {
                 k if k == key => return Ok((off, false)),

@@ -38,7 +38,7 @@ impl Writer {
         let cap = self.layout.marks_cap;
         let home = self.home(key as u64, cap);
         for k in 0..cap.min(MAX_PROBE) {
-            let i = (home + k) % cap;
+            let i = super::wrap(u64::from(home + k), cap);
             let off = self.mark_off(i);
             // Every launch looks its stream up: a plain load in the common case, not a CAS
             // that would take the cache line from other launching threads.

@@ -1,0 +1,87 @@
+//! Everything the shim keeps per launching thread, in one thread-local.
+//!
+//! Why one: the shim is a `dlopen`ed library, so each access to one of its thread-locals is a
+//! call to `__tls_get_addr` (the general-dynamic TLS model). With a thread-local per purpose a
+//! hooked launch made ~12 such calls (callgrind on the simulated driver: 143 instructions a
+//! launch in `__tls_get_addr` alone, every call a function call the launch path waits for).
+//! Now a hook looks this state up once on entry and once on exit and passes it down.
+//!
+//! Only the owning thread touches it (`Cell`s, no atomics). Const-initialised and without a
+//! destructor, so a thread's first use allocates its TLS block and nothing runs at its exit.
+
+use std::cell::Cell;
+
+use crate::{handle_cache::HandleCache, marks::Pending};
+
+/// `ThreadState::slot`: not claimed yet / none left in the journal.
+pub const SLOT_UNCLAIMED: u32 = u32::MAX;
+pub const SLOT_NONE: u32 = u32::MAX - 1;
+
+pub struct ThreadState {
+    /// Inside a hooked launch entry point now (the hook coverage check reads it).
+    pub inside: Cell<bool>,
+    /// This thread's journal slot (`SLOT_UNCLAIMED`, `SLOT_NONE`, or the index).
+    pub slot: Cell<u32>,
+    /// This thread's id (0 = not read yet): gettid is a syscall, too dear for every launch.
+    pub tid: Cell<u32>,
+    /// The launch this thread is inside now: (correlation, name id); (0, 0) outside. A graph
+    /// node created during a launch call is that launch being captured into a graph.
+    pub in_launch: Cell<(u64, u32)>,
+    /// The launch this thread is inside, if its stream is marked: (correlation, graph launch,
+    /// what `Marks::before_launch` decided), for the API exit.
+    pub pending: Cell<Option<(u64, bool, Pending)>>,
+    /// (context, its device) of this thread's last launch: cuCtxGetDevice once per context.
+    pub device: Cell<(usize, u32)>,
+    /// Launched functions' name ids by handle (tag: the hooks' epoch).
+    pub names: HandleCache<256>,
+    /// Streams by (handle, per-thread flag) (tag: the hooks' epoch): the stream id + 1 in the
+    /// low half, the journal mark slot + 1 in the high half (0: not looked up).
+    pub streams: HandleCache<32>,
+    /// Executable graphs' ids by handle (tag: the hooks' epoch).
+    pub graphs: HandleCache<32>,
+    /// Names the driver's callbacks passed, by the address of the name (see
+    /// `Recorder::launch_keyed`; tag: a check of the name's length and first bytes).
+    pub callback_names: HandleCache<256>,
+}
+
+thread_local! {
+    static STATE: ThreadState = const {
+        ThreadState {
+            inside: Cell::new(false),
+            slot: Cell::new(SLOT_UNCLAIMED),
+            tid: Cell::new(0),
+            in_launch: Cell::new((0, 0)),
+            pending: Cell::new(None),
+            device: Cell::new((0, 0)),
+            names: HandleCache::new(),
+            streams: HandleCache::new(),
+            graphs: HandleCache::new(),
+            callback_names: HandleCache::new(),
+        }
+    };
+}
+
+/// Runs `f` with the calling thread's state (one `__tls_get_addr`).
+#[inline]
+pub fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
+    STATE.with(f)
+}
+
+impl ThreadState {
+    /// This thread's id, read once.
+    #[inline]
+    pub fn tid(&self) -> u32 {
+        let t = self.tid.get();
+        if t != 0 {
+            return t;
+        }
+        // SAFETY: gettid has no preconditions.
+        let t = unsafe { libc::gettid() } as u32;
+        self.tid.set(t);
+        t
+    }
+}
+
+// `with` cannot fail (and so cannot panic inside a hook) only because the state has no
+// destructor: a const-initialised thread-local without one is never "destroyed".
+const _: () = assert!(!std::mem::needs_drop::<ThreadState>());
