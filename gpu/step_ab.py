@@ -1,0 +1,140 @@
+"""Issue 12: the shim's recording cost inside one process, switched on and off between single
+decode steps (`wedgeprobe_shim_measure_pass`, enabled by WEDGEPROBE_SHIM_MEASURE=toggle).
+
+Why steps: on the H200 VM one process's eager speed moved ±20% between turns a second long
+(session 8, gpu/inproc_ab.py), so turn-level pairs could not resolve a 2% cost. A decode step
+is ~12 ms; pairing each step with its neighbour in the other state cancels whatever drifts
+slower than that. Each pair runs its two states in a random order.
+
+    CUDA_INJECTION64_PATH=.../libcupti_shim.so WEDGEPROBE_SHIM_MEASURE=toggle \\
+        python3 gpu/step_ab.py [GENERATIONS] [GRAPH_PAIRS] [LOOP_PAIRS]
+
+Without the toggle (no shim, or the switch off) both states are the same: that run's figure
+is the method's own bias and noise. What it does not price: the hooks' detour while off (a
+jump and a flag test; gpu/hook_cost.sh), and the flush thread's polls (they run in both
+states; the shim's self_cost line prices them).
+
+Prints, per workload, the paired cost (+ = slower with recording): median of the per-pair
+ratios, their mean with a 95% interval, and the pair count.
+"""
+import ctypes
+import math
+import os
+import random
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+import serve_bench as sb  # noqa: E402
+from torch_bench import capture_adds  # noqa: E402
+
+
+def switch():
+    path = os.environ.get("CUDA_INJECTION64_PATH")
+    if not path or "toggle" not in os.environ.get("WEDGEPROBE_SHIM_MEASURE", ""):
+        return lambda _off: None
+    f = ctypes.CDLL(path).wedgeprobe_shim_measure_pass
+    f.argtypes, f.restype = [ctypes.c_int], ctypes.c_int
+    if f(0) != 0:
+        sys.exit("step_ab: the shim's toggle is not enabled")
+    return lambda off: f(int(off))
+
+
+def summary(name, costs):
+    n = len(costs)
+    mean = statistics.fmean(costs)
+    half = 1.96 * statistics.stdev(costs) / math.sqrt(n) if n > 1 else float("nan")
+    print(f"  {name:22s} median {100 * statistics.median(costs):+6.2f}%  mean "
+          f"{100 * mean:+6.2f}% ± {100 * half:.2f}%  ({n} pairs)", flush=True)
+
+
+@torch.inference_mode()
+def eager(model, cfg, gens, set_off, rng):
+    """Per decode step: forward, argmax, the token read back (as sb.generate)."""
+    prompt = torch.randint(0, cfg.vocab_size, (sb.BATCH, sb.PROMPT), device="cuda")
+    wall, cpu = [], []
+    for _ in range(gens):
+        out = model(input_ids=prompt, use_cache=True)
+        past = out.past_key_values
+        tok = out.logits[:, -1].argmax(-1, keepdim=True)
+        tok.tolist()
+        step = 0
+        while step + 2 <= sb.DECODE_TOKENS - 1:
+            got = {}
+            for state in rng.sample(["on", "off"], 2):
+                set_off(state == "off")
+                t0, c0 = time.perf_counter(), time.thread_time()
+                out = model(input_ids=tok, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                tok = out.logits[:, -1].argmax(-1, keepdim=True)
+                tok.tolist()
+                got[state] = (time.perf_counter() - t0, time.thread_time() - c0)
+                step += 1
+            wall.append(got["on"][0] / got["off"][0] - 1)
+            cpu.append(got["on"][1] / got["off"][1] - 1)
+    set_off(False)
+    return wall, cpu
+
+
+def timed_pairs(pairs, set_off, rng, body):
+    costs = []
+    for _ in range(pairs):
+        got = {}
+        for state in rng.sample(["on", "off"], 2):
+            set_off(state == "off")
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            body()
+            torch.cuda.synchronize()
+            got[state] = time.perf_counter() - t0
+        costs.append(got["on"] / got["off"] - 1)
+    set_off(False)
+    return costs
+
+
+def main():
+    gens = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+    graph_pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 400
+    loop_pairs = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+    set_off = switch()
+    rng = random.Random(int(os.environ.get("AB_SEED", "7")))
+    model, cfg = sb.build()
+    prompt = torch.randint(0, cfg.vocab_size, (sb.BATCH, sb.PROMPT), device="cuda")
+    sb.generate(model, prompt)
+    g, _, _ids = sb.graph_step(model, cfg)
+    x = torch.zeros(256, device="cuda")
+    lg = capture_adds(x)
+    for _ in range(20):
+        g.replay()
+    torch.cuda.synchronize()
+    label = os.environ.get("AB_LABEL", "")
+    t0 = time.perf_counter()
+    wall, cpu = eager(model, cfg, gens, set_off, rng)
+    dt = time.perf_counter() - t0
+    print(f"pid {os.getpid()} {label}: recording on vs off, paired neighbours "
+          f"({gens} generations in {dt:.0f} s, {2 * len(wall) / dt:.0f} steps/s)", flush=True)
+    summary("eager step wall", wall)
+    summary("eager step cpu", cpu)
+
+    def graph_body():
+        for _ in range(4):
+            g.replay()
+
+    summary("graph 4 replays", timed_pairs(graph_pairs, set_off, rng, graph_body))
+
+    def loop_body():
+        for _ in range(1000):
+            x.add_(1.0)
+
+    summary("loop 1000 add_", timed_pairs(loop_pairs, set_off, rng, loop_body))
+    summary("loop graph 20 replays", timed_pairs(loop_pairs, set_off, rng,
+                                                 lambda: [lg.replay() for _ in range(20)]))
+
+
+if __name__ == "__main__":
+    main()
