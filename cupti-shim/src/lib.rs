@@ -88,9 +88,17 @@ fn init() -> Result<(), String> {
                     true
                 }
             };
+            let gap_us = num("WEDGEPROBE_SHIM_MARK_US", marks::DEFAULT_US, 60_000_000);
             rec.use_marks(
-                num("WEDGEPROBE_SHIM_MARK_EVERY", marks::DEFAULT_EVERY, 1 << 20),
-                num("WEDGEPROBE_SHIM_MARK_US", marks::DEFAULT_US, 60_000_000),
+                marks::Cadence {
+                    every: num("WEDGEPROBE_SHIM_MARK_EVERY", marks::DEFAULT_EVERY, 1 << 20),
+                    gap_us,
+                    period_us: num(
+                        "WEDGEPROBE_SHIM_MARK_PERIOD_US",
+                        marks::DEFAULT_PERIOD_US.max(gap_us),
+                        60_000_000,
+                    ),
+                },
                 with_events,
             );
         }

@@ -76,6 +76,21 @@ pub const STREAM_LEGACY: u64 = 0x1;
 /// until marks get cheaper (an event record costs ~0.14 µs).
 pub const DEFAULT_EVERY: u32 = 8;
 pub const DEFAULT_US: u32 = 100;
+/// The period bound, apart from the gap since session 10 (`Cadence`): in eager decode it wrote
+/// 55% of the marks (every ~6 launches, before "every 8"), and both sides of a launch after a
+/// gap, or the "every 8" bound on a burst, are what keep names exact.
+pub const DEFAULT_PERIOD_US: u32 = 100;
+
+/// When marks are enqueued (`WEDGEPROBE_SHIM_MARK_EVERY`, `…_MARK_US`, `…_MARK_PERIOD_US`).
+#[derive(Clone, Copy, Debug)]
+pub struct Cadence {
+    /// After this many launches since the stream's last mark.
+    pub every: u32,
+    /// Both sides of the first launch after an idle gap of this many µs.
+    pub gap_us: u32,
+    /// After a launch this many µs after the stream's last mark.
+    pub period_us: u32,
+}
 
 /// A stream's last launch is marked by the flush thread once it is this old.
 const IDLE_NS: u64 = 100_000_000;
@@ -118,7 +133,10 @@ struct StreamState {
 
 pub struct Marks {
     every: u32,
-    every_ns: u64,
+    /// An idle gap this long before a launch marks both sides of it.
+    gap_ns: u64,
+    /// A stream's launches are marked at least this often (while it launches).
+    period_ns: u64,
     streams: Box<[StreamState]>,
     /// 0 = words not allocated yet, 1 = allocating, 2 = ready, 3 = failed for good.
     status: AtomicU8,
@@ -140,10 +158,11 @@ const FAILED: u8 = 3;
 
 /// Turns marks on for a journal of `cap` streams (at initialisation, off the launch path);
 /// `with_events`: record them as events where possible.
-pub fn init(cap: u32, every: u32, us: u32, with_events: bool) -> &'static Marks {
+pub fn init(cap: u32, cadence: Cadence, with_events: bool) -> &'static Marks {
     MARKS.get_or_init(|| Marks {
-        every: every.max(1),
-        every_ns: us as u64 * 1_000,
+        every: cadence.every.max(1),
+        gap_ns: u64::from(cadence.gap_us) * 1_000,
+        period_ns: u64::from(cadence.period_us) * 1_000,
         streams: (0..cap).map(|_| StreamState::default()).collect(),
         status: AtomicU8::new(0),
         device_words: AtomicU64::new(0),
@@ -285,7 +304,7 @@ impl Marks {
         // The first launch after an idle gap gets a window of its own: marks on both sides.
         // (Wedges often strike the first kernel after a synchronize.) Only when the launch
         // before the gap is unmarked, so at most two marks per gap of `us`.
-        let after_gap = last != 0 && last > s.last_marked.load(Relaxed) && gap >= self.every_ns;
+        let after_gap = last != 0 && last > s.last_marked.load(Relaxed) && gap >= self.gap_ns;
         if after_gap {
             self.mark(writer, s, (slot, stream), last, (now_ns, Reason::Gap));
         }
@@ -302,7 +321,7 @@ impl Marks {
             Some(Reason::AfterSync)
         } else if s.since_mark.load(Relaxed) + 1 >= self.every {
             Some(Reason::Every)
-        } else if now_ns.saturating_sub(s.last_mark_ns.load(Relaxed)) >= self.every_ns {
+        } else if now_ns.saturating_sub(s.last_mark_ns.load(Relaxed)) >= self.period_ns {
             Some(Reason::Period)
         } else {
             None

@@ -208,9 +208,10 @@ impl Recorder {
     }
 
     /// Records completions with stream marks from now on (at initialisation).
-    pub fn use_marks(&self, every: u32, us: u32, with_events: bool) {
-        marks::init(self.writer.marks_cap(), every, us, with_events);
-        self.writer.set_record_mode(RECORD_MARKS, every, us);
+    pub fn use_marks(&self, cadence: marks::Cadence, with_events: bool) {
+        marks::init(self.writer.marks_cap(), cadence, with_events);
+        self.writer
+            .set_record_mode(RECORD_MARKS, cadence.every, cadence.gap_us);
     }
 
     /// Whether marks failed and per-kernel records are wanted (not consumed).

@@ -33,6 +33,9 @@ pub enum ApiClass {
     Launch,
     Sync,
     Copy,
+    /// CUDA's initialisation and context creation: legitimately seconds long (10–17 s in
+    /// PyTorch's `_lazy_init` on the H200 VM), never a wait for a kernel.
+    Init,
 }
 
 /// `(symbol, shape, class)`, indexed by id.
@@ -87,6 +90,11 @@ pub const TABLE: &[(&str, ArgShape, ApiClass)] = &[
     // `torch.cuda.synchronize()`) waits here, not in `cuCtxSynchronize` (H200, driver 580:
     // reported as "entry point unknown" until it was traced). The context argument is not read.
     ("cuCtxSynchronize_v2", ArgShape::NoArgs, ApiClass::Sync),
+    // Traced so that a thread inside them is named, not "entry point unknown": the daemon,
+    // attached as PyTorch initialised CUDA on the H200, called a main thread 10–17 s inside
+    // `_lazy_init` "blocked in the driver" (session 10). Arguments are not read.
+    ("cuInit", ArgShape::NoArgs, ApiClass::Init),
+    ("cuDevicePrimaryCtxRetain", ArgShape::NoArgs, ApiClass::Init),
 ];
 
 /// Number of traced entry points.
@@ -128,7 +136,7 @@ pub fn shape(id: u32) -> Option<ArgShape> {
         2 | 3 => ArgShape::LaunchEx,
         6 | 7 => ArgShape::GraphLaunch,
         8 | 9 => ArgShape::StreamSync,
-        10 | 26 => ArgShape::NoArgs,
+        10 | 26..=28 => ArgShape::NoArgs,
         11 => ArgShape::EventSync,
         12..=19 => ArgShape::Copy3,
         20..=25 => ArgShape::CopyOther,

@@ -132,6 +132,9 @@ static void *gpu_main(void *arg) {
 }
 
 static void start_gpu(void) {
+    /* SIMCUDA_INIT_DELAY_MS: the driver's initialisation takes this long before it loads the
+     * injection library (PyTorch's CUDA initialisation took 10-17 s on the H200 VM). */
+    sleep_ns(env_u64("SIMCUDA_INIT_DELAY_MS", 0) * 1000000ull);
     default_kernel_ns = env_u64("SIMCUDA_KERNEL_US", 5) * 1000;
     long_kernel_ns = env_u64("SIMCUDA_LONG_KERNEL_MS", 3000) * 1000000;
     release_after_ns = env_u64("SIMCUDA_RELEASE_AFTER_S", 10) * 1000000000ull;
@@ -218,6 +221,12 @@ static uint64_t last_launched(CUstream s) {
 
 EXPORT CUresult cuInit(unsigned flags) { (void)flags; pthread_once(&started, start_gpu); return 0; }
 EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) { *d = ordinal; return 0; }
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+    (void)d;
+    pthread_once(&started, start_gpu);
+    *c = (CUcontext)0x1;
+    return 0;
+}
 EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned f, CUdevice d) { (void)f; (void)d; *c = (CUcontext)0x1; return 0; }
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags) {
     (void)flags;

@@ -159,6 +159,51 @@ fn the_daemon_picks_up_a_process_started_after_it_and_forgets_it_when_it_exits()
     );
 }
 
+/// A process that loads the shim at CUDA's initialisation, found before it initialised (the
+/// daemon started before the serving process, as on a node): the daemon waits for the journal
+/// and attaches with no launch probe. Had it put uprobes on libcuda's entry points during the
+/// initialisation, the shim would have found them in its way and recorded through the
+/// driver's callbacks instead of its hooks (the H200, session 10: CUPTI callbacks, the dearer
+/// path) — its log line says which it did.
+#[test]
+fn the_daemon_waits_for_the_shim_of_a_process_still_initialising_cuda() {
+    require_root!();
+    let d = Daemon::start("awaiting-shim", "");
+    let shim = shim_path();
+    let log = std::env::temp_dir().join(format!("wp-awaiting-shim-{}.log", std::process::id()));
+    let w = Worker::spawn_logged(
+        &["healthy", "5"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_INIT_DELAY_MS", "2500"),
+        ],
+        &log,
+    );
+    let pid = w.pid();
+    d.wait_for(secs(5.0), |e| {
+        e["event"] == "awaiting_shim" && e["pid"] == pid
+    });
+    let attached = d.wait_for(secs(10.0), |e| e["event"] == "attached" && e["pid"] == pid);
+    assert!(launch_probes(&attached).starts_with("off"), "{attached}");
+    d.wait_for(secs(15.0), |e| e["event"] == "detached" && e["pid"] == pid);
+    let shim_log = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        !shim_log.contains("driver's callbacks") && !shim_log.contains("CUPTI callbacks"),
+        "the shim fell back from its hooks:\n{shim_log}"
+    );
+    let events = d.events.lock().unwrap();
+    let alarms: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["event"] == "verdict"
+                && e["pid"] == pid
+                && !matches!(e["kind"].as_str(), Some("healthy" | "busy"))
+        })
+        .collect();
+    assert!(alarms.is_empty(), "{alarms:?}");
+}
+
 /// `promtool check metrics` (Prometheus's own linter: naming, units, `_total` counters, help
 /// text) finds nothing in a scrape of a daemon watching a wedged process, in the classic text
 /// format a plain scrape gets; the same scrape asked for as OpenMetrics is OpenMetrics.

@@ -332,3 +332,27 @@ fn a_synchronize_entered_before_attach_keeps_its_name_and_age() {
         );
     }
 }
+
+/// A thread inside CUDA's initialisation for seconds (PyTorch's took 10–17 s on the H200 VM)
+/// is named by its entry point and is not a verdict: the daemon called such a thread "blocked
+/// in the driver, entry point unknown" (session 10).
+#[test]
+fn a_thread_initialising_cuda_for_seconds_is_named_and_healthy() {
+    require_root!();
+    let w = Worker::spawn(&["healthy", "6"], &[("SIMCUDA_INIT_DELAY_MS", "4000")]);
+    w.wait_for_cuda();
+    sleep(secs(0.8));
+    let r = report_json(&["--pid", &w.pid_arg()]);
+    let main = thread(&r, "simworker").expect("the main thread is inside cuInit");
+    assert_eq!(main["api"], "cuInit", "{main}");
+    assert_eq!(main["blocked"], true, "{main}");
+    assert_eq!(r["verdict"]["kind"], "healthy", "{}", r["verdict"]);
+    assert!(
+        r["verdict"]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("initialising CUDA"),
+        "{}",
+        r["verdict"]
+    );
+}

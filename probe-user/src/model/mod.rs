@@ -212,7 +212,8 @@ fn believed(c: &CurrentCall, recording: bool, moving: bool) -> bool {
     // thread in one (a sample taken after the journal was read this tick) is a launch-bound
     // thread passing through; H200: "in cuLaunchKernel for ≥ 16.3 s", since attach, for a
     // thread launching all along.
-    !(recording && api::class(c.api).is_some())
+    // (Initialisation is not in the journal: a scan is the only witness there.)
+    !(recording && api::class(c.api).is_some_and(|k| k != api::ApiClass::Init))
 }
 
 /// A thread that yielded this recently is still spinning (72,000 yields/s when blocked).

@@ -129,6 +129,30 @@ impl Target {
 
 /// The state letter (R, S, D, Z, …) of a /proc/…/stat file. It follows the last ')': the
 /// comm before it may contain spaces and parentheses.
+/// Largest environment read (a hostile process cannot make us read more).
+const MAX_ENVIRON: usize = 1 << 20;
+
+/// Whether `pid`'s environment loads wedgeprobe's shim when it initialises CUDA.
+pub fn expects_shim(pid: u32) -> bool {
+    let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    environ_expects_shim(&env[..env.len().min(MAX_ENVIRON)])
+}
+
+/// `CUDA_INJECTION64_PATH` names a `libcupti_shim.so` and `WEDGEPROBE_SHIM` does not turn it
+/// off (NUL-separated `KEY=value` pairs, as /proc/PID/environ holds them).
+pub fn environ_expects_shim(env: &[u8]) -> bool {
+    let mut injected = false;
+    let mut off = false;
+    for kv in env.split(|&b| b == 0) {
+        if let Some(path) = kv.strip_prefix(b"CUDA_INJECTION64_PATH=") {
+            injected = path.ends_with(b"/libcupti_shim.so") || path == b"libcupti_shim.so";
+        } else if let Some(v) = kv.strip_prefix(b"WEDGEPROBE_SHIM=") {
+            off = v == b"off" || v == b"0";
+        }
+    }
+    injected && !off
+}
+
 pub fn proc_state(stat_path: &str) -> Option<char> {
     let stat = fs::read_to_string(stat_path).ok()?;
     stat.rsplit_once(')')
@@ -207,6 +231,27 @@ mod tests {
         assert!(parse_maps_line("zz-10 r-xp 0 0 0").is_none());
         assert!(parse_maps_line("20-10 r-xp 0 0:0 0").is_none());
         assert!(parse_maps_line("").is_none());
+    }
+
+    #[test]
+    fn the_shim_is_expected_only_where_the_environment_loads_it() {
+        let env = |vars: &[&str]| vars.join("\0").into_bytes();
+        assert!(environ_expects_shim(&env(&[
+            "HOME=/root",
+            "CUDA_INJECTION64_PATH=/opt/wedgeprobe/libcupti_shim.so"
+        ])));
+        assert!(!environ_expects_shim(&env(&[
+            "CUDA_INJECTION64_PATH=/opt/wedgeprobe/libcupti_shim.so",
+            "WEDGEPROBE_SHIM=off"
+        ])));
+        assert!(!environ_expects_shim(&env(&[
+            "CUDA_INJECTION64_PATH=/usr/local/cuda/extras/CUPTI/lib64/libcupti_trace_injection.so"
+        ])));
+        assert!(!environ_expects_shim(&env(&[
+            "PATH=/bin",
+            "XCUDA_INJECTION64_PATH=libcupti_shim.so"
+        ])));
+        assert!(!environ_expects_shim(b""));
     }
 
     #[test]

@@ -71,6 +71,9 @@ impl VerdictKind {
 
 /// See the `unknown` filter in `decide`.
 const UNKNOWN_CALL_BOUND_MS: f64 = 10_000.0;
+/// CUDA's initialisation (`cuInit`, the primary context) took 10–17 s in PyTorch on the H200
+/// VM (session 10); past two minutes it is a hang worth a verdict (a GPU that does not come up).
+const INIT_CALL_BOUND_MS: f64 = 120_000.0;
 
 /// `kernels_visible`: a shim journal is read, so `apply_kernels` will name the kernel; in
 /// eBPF-only mode the summary says it cannot.
@@ -121,6 +124,10 @@ pub fn decide(
         .into_iter()
         .filter(|t| t.in_call_ms >= UNKNOWN_CALL_BOUND_MS.max(blocked_after_ms))
         .collect();
+    let init: Vec<&ThreadView> = of(Some(ApiClass::Init))
+        .into_iter()
+        .filter(|t| t.in_call_ms >= INIT_CALL_BOUND_MS.max(blocked_after_ms))
+        .collect();
     let launch_tail = if kernels_visible {
         "A kernel ahead in the queue is likely wedged."
     } else {
@@ -161,6 +168,13 @@ pub fn decide(
             true,
         ),
         (
+            init,
+            VerdictKind::BlockedInDriver,
+            "CUDA initialisation not completing: ",
+            "The GPU or its driver is not coming up.",
+            true,
+        ),
+        (
             of(Some(ApiClass::Copy)),
             VerdictKind::BlockedInCopy,
             "blocking copy not completing: ",
@@ -192,13 +206,21 @@ pub fn decide(
             summary: format!("{opening}{}.{others}{closing}", list(&group)),
         };
     }
-    // Blocked threads that are left are inside libcuda at an entry point not traced, under
-    // its bound: the table lists them as blocked, so the summary must not say "no thread"
-    // (issue 13: a table with a BLOCKED row under "no thread inside a CUDA driver call").
+    // Blocked threads that are left are inside libcuda at an entry point not traced, or
+    // initialising CUDA, under their bounds: the table lists them as blocked, so the summary
+    // must not say "no thread" (issue 13: a table with a BLOCKED row under "no thread inside a
+    // CUDA driver call").
+    let initialising = of(Some(ApiClass::Init));
     let summary = if blocked.is_empty() {
         format!(
             "no thread inside a CUDA driver call for longer than {}",
             fmt_duration(blocked_after_ms)
+        )
+    } else if initialising.len() == blocked.len() {
+        format!(
+            "initialising CUDA, under the {} bound for it: {}",
+            fmt_duration(INIT_CALL_BOUND_MS.max(blocked_after_ms)),
+            list(&initialising)
         )
     } else {
         format!(
@@ -266,6 +288,25 @@ mod tests {
             "{}",
             idle.summary
         );
+    }
+
+    /// CUDA's initialisation takes seconds (10–17 s in PyTorch on the H200 VM): a thread in
+    /// `cuInit` that long is named and healthy; only past the initialisation bound is it a
+    /// verdict (the daemon called it "blocked in the driver" at 10 s, session 10).
+    #[test]
+    fn initialising_cuda_for_seconds_is_healthy_and_named() {
+        let v = decide(&[thread("cuInit", 17_000.0, 1000.0)], 1000.0, true, false);
+        assert_eq!(v.kind, VerdictKind::Healthy, "{}", v.summary);
+        assert!(v.summary.starts_with("initialising CUDA"), "{}", v.summary);
+        assert!(v.summary.contains("cuInit"), "{}", v.summary);
+        let hung = decide(
+            &[thread("cuDevicePrimaryCtxRetain", 130_000.0, 1000.0)],
+            1000.0,
+            true,
+            false,
+        );
+        assert_eq!(hung.kind, VerdictKind::BlockedInDriver, "{}", hung.summary);
+        assert!(hung.summary.contains("initialisation"), "{}", hung.summary);
     }
 
     /// A launch found by scan or journal whose yields have not been counted for long enough

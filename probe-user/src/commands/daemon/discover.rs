@@ -14,10 +14,17 @@ use std::{
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
+/// How long a process whose environment loads the shim is left alone until its journal
+/// appears (see `Daemon::discover`): PyTorch maps libcuda at `import torch` and initialises
+/// CUDA at first use, which can be minutes later in a server that loads its weights first.
+pub const SHIM_GRACE: Duration = Duration::from_secs(120);
+
 #[derive(Default)]
 pub struct Discovery {
     /// Processes found not (yet) to be CUDA processes: when to look again, and the interval.
     later: HashMap<u32, (Instant, Duration)>,
+    /// Processes waiting for their shim to create its journal, since when.
+    awaiting_shim: HashMap<u32, Instant>,
     pub last_scan: Duration,
     pub scans: u64,
 }
@@ -45,6 +52,7 @@ impl Discovery {
             }
         }
         self.later.retain(|pid, _| alive.contains(pid));
+        self.awaiting_shim.retain(|pid, _| alive.contains(pid));
         self.scans += 1;
         self.last_scan = start.elapsed();
         out
@@ -62,6 +70,21 @@ impl Discovery {
 
     pub fn forget(&mut self, pid: u32) {
         self.later.remove(&pid);
+        self.awaiting_shim.remove(&pid);
+    }
+
+    /// `pid` expects the shim and has no journal yet: `Some(first)` (whether this is the first
+    /// time) while `SHIM_GRACE` has not passed since it was first seen so, and it is looked at
+    /// again at the next scan; `None` once it has (attach it anyway).
+    pub fn await_shim(&mut self, pid: u32, scan_interval: Duration) -> Option<bool> {
+        let now = Instant::now();
+        let first = !self.awaiting_shim.contains_key(&pid);
+        let since = *self.awaiting_shim.entry(pid).or_insert(now);
+        if now.duration_since(since) >= SHIM_GRACE {
+            return None;
+        }
+        self.later.insert(pid, (now + scan_interval, scan_interval));
+        Some(first)
     }
 
     /// Processes waiting for a re-check.

@@ -217,6 +217,37 @@ impl Daemon {
                 continue;
             };
             let comm = target.comm.clone();
+            // A process that will load the shim when it initialises CUDA, not there yet: uprobes
+            // put on libcuda's entry points now would make the shim find them and record
+            // through CUPTI's callbacks instead of its hooks (on the H200 a daemon started
+            // before the serving process did exactly that). It is watched once its journal is.
+            if target.journal.is_none() && crate::process::target::expects_shim(pid) {
+                match self.discovery.await_shim(pid, self.cfg.scan_interval) {
+                    Some(first) => {
+                        if first {
+                            self.log.event(
+                                "awaiting_shim",
+                                json!({"pid": pid, "comm": comm, "grace_s": discover::SHIM_GRACE.as_secs()}),
+                                format!(
+                                    "pid {pid} ({comm}) loads the shim when it initialises CUDA; \
+                                     attaching once its journal appears (at most {} s from now)",
+                                    discover::SHIM_GRACE.as_secs()
+                                ),
+                            );
+                        }
+                        continue;
+                    }
+                    None => self.log.event(
+                        "shim_not_seen",
+                        json!({"pid": pid, "comm": comm}),
+                        format!(
+                            "pid {pid} ({comm}): no shim journal {} s after it was found; \
+                             attaching without it",
+                            discover::SHIM_GRACE.as_secs()
+                        ),
+                    ),
+                }
+            }
             match collector.attach(target, false) {
                 Ok(a) => {
                     self.engine.facts.insert(
