@@ -10,7 +10,9 @@
 //! Deliberately narrow: only prologues made of a few position-independent instructions are
 //! moved (libcuda 580's launch entry points all begin `push rbp; mov rbp,rsp; push r12`);
 //! anything else is refused and the caller falls back to CUPTI callbacks. Patched once, at
-//! `cuInit` (no other thread can be inside the driver yet), never undone.
+//! `cuInit` (no other thread can be inside the driver yet) — or, for `wedgeprobe attach`, by
+//! wedgeprobe itself with every thread of the process stopped (`Patch::word`) — and undone
+//! only when the shim stops for good.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -183,6 +185,28 @@ impl Page {
 }
 
 impl Patch {
+    /// The aligned 8-byte code word the jump lies in: (its address, what it holds now, what
+    /// it holds with the jump) — what `wedgeprobe attach` writes itself, with the process
+    /// stopped.
+    pub fn word(&self) -> (u64, u64, u64) {
+        let word = self.at & !7;
+        // SAFETY: `prepare` read these bytes (mapped code); an aligned word is read at once.
+        let old = unsafe { &*(word as *const AtomicU64) }.load(Ordering::Relaxed);
+        let mut b = old.to_le_bytes();
+        b[self.at - word..self.at - word + JMP_LEN].copy_from_slice(&self.jump);
+        (word as u64, old, u64::from_le_bytes(b))
+    }
+
+    /// Whether the jump is in place.
+    pub fn in_place(&self) -> bool {
+        // SAFETY: as for `word`.
+        let b = unsafe { &*((self.at & !7) as *const AtomicU64) }
+            .load(Ordering::Relaxed)
+            .to_le_bytes();
+        let at = self.at & 7;
+        b[at..at + JMP_LEN] == self.jump
+    }
+
     /// Writes the jump after the original's first instruction (5 bytes, in one store; the rest
     /// of the moved instructions is never reached again and stays as it was): from now on its
     /// callers reach ours.

@@ -355,15 +355,23 @@ static LATE: AtomicBool = AtomicBool::new(false);
 /// if per-kernel records are wanted (a `trace` lease, or marks failing). `Err`: the hooks
 /// could not be installed (the caller records through CUPTI instead).
 pub fn attach_without_cupti() -> Result<(), String> {
-    crate::launch_hooks::install(
-        crate::launch_hooks::Resolve {
-            stream_id: driver_stream_id,
-            graph_id: |exec| crate::call_hooks::exec_id(exec),
-            context: |_| {},
-        },
-        true,
-    )
-    .map_err(str::to_string)?;
+    crate::launch_hooks::install(hook_resolve(), true).map_err(str::to_string)?;
+    spawn_flush_thread()
+}
+
+/// How the launch hooks name streams and graphs when CUPTI is not loaded.
+pub fn hook_resolve() -> crate::launch_hooks::Resolve {
+    crate::launch_hooks::Resolve {
+        stream_id: driver_stream_id,
+        graph_id: |exec| crate::call_hooks::exec_id(exec),
+        context: |_| {},
+    }
+}
+
+/// The flush thread of the hooks-only shim: release requests, CUPTI attached late for a
+/// per-kernel lease or a fallback, an injected shim's attach completing (`crate::attach`),
+/// marks polled and published.
+pub fn spawn_flush_thread() -> Result<(), String> {
     std::thread::Builder::new()
         .name("wedgeprobe-flush".into())
         .spawn(|| {
@@ -395,6 +403,7 @@ pub fn attach_without_cupti() -> Result<(), String> {
                         Err(_) => {}
                     }
                 }
+                crate::attach::tick(rec);
                 rec.heartbeat();
             }
         })

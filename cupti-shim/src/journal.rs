@@ -215,6 +215,18 @@ impl Writer {
             .store(now_ns, Relaxed);
     }
 
+    /// Sets `JOURNAL_*` bits of the header's flags.
+    pub fn set_flags(&self, flags: u32) {
+        self.half(offset_of!(Header, flags) as u64)
+            .fetch_or(flags, Release);
+    }
+
+    /// When the journal was created (CLOCK_MONOTONIC ns): for an injected shim, the attach.
+    pub fn created_ns(&self) -> u64 {
+        self.word(offset_of!(Header, created_mono_ns) as u64)
+            .load(Relaxed)
+    }
+
     pub fn set_state(&self, state: u32) {
         self.half(offset_of!(Header, state) as u64)
             .store(state, Release);

@@ -177,13 +177,17 @@ pub fn handles_changed() {
     EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
-/// Patches every launch entry point of the loaded libcuda, or none. At `cuInit`, before any
-/// launch can run. `Err` says why (the caller keeps CUPTI's callbacks and logs it).
-pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
-    if ACTIVE.load(Ordering::Acquire) {
-        return Ok(());
-    }
-    TRIED.store(true, Ordering::Release);
+/// Every patch, prepared: trampolines written and sealed, jumps not in place yet.
+struct Prepared {
+    launches: Vec<code_patch::Patch>,
+    /// (index in `call_hooks`' table, patch).
+    calls: Vec<(usize, code_patch::Patch)>,
+}
+
+/// Resolves the loaded libcuda's launch entry points (all of them, or `Err`), the other
+/// entry points (`crate::call_hooks`, each where it exists and can be moved) when
+/// `with_calls`, and writes every trampoline.
+fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str> {
     if std::env::var("WEDGEPROBE_SHIM_HOOKS").is_ok_and(|v| v == "off" || v == "0") {
         return Err("launch hooks turned off by WEDGEPROBE_SHIM_HOOKS");
     }
@@ -230,12 +234,11 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
         graph_ptsz as *const () as usize,
     ];
     // Every trampoline is written and made executable before the first jump goes in.
-    let mut patches = Vec::with_capacity(8);
+    let mut launches = Vec::with_capacity(8);
     for i in 0..8 {
-        patches.push(page.prepare(targets[i], ours[i])?);
-        ORIGINAL[i].store(patches[i].trampoline, Ordering::Release);
+        launches.push(page.prepare(targets[i], ours[i])?);
+        ORIGINAL[i].store(launches[i].trampoline, Ordering::Release);
     }
-    // The other entry points (`crate::call_hooks`), each where it exists and can be moved.
     let mut calls = Vec::new();
     if with_calls {
         for (name, ours, i) in crate::call_hooks::entries() {
@@ -249,7 +252,18 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
         }
     }
     page.seal()?;
-    for (i, p) in patches.iter().enumerate() {
+    Ok(Prepared { launches, calls })
+}
+
+/// Patches every launch entry point of the loaded libcuda, or none. At `cuInit`, before any
+/// launch can run. `Err` says why (the caller keeps CUPTI's callbacks and logs it).
+pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
+    if ACTIVE.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    TRIED.store(true, Ordering::Release);
+    let Prepared { launches, calls } = prepare(resolve, with_calls)?;
+    for (i, p) in launches.iter().enumerate() {
         // SAFETY: exported functions no thread runs yet (we are inside cuInit, before any
         // launch can be made); `ours[i]` has the entry's signature; the page is sealed.
         if let Err(why) = unsafe { p.apply() } {
@@ -268,11 +282,53 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
             crate::call_hooks::installed(*i, 0);
         }
     }
-    let mut all = patches;
+    let mut all = launches;
     all.extend(calls.into_iter().map(|(_, p)| p));
     let _ = PATCHES.set(all);
     ACTIVE.store(true, Ordering::Release);
     Ok(())
+}
+
+/// `wedgeprobe attach`: prepares every patch without applying it, and lists in `out` the code
+/// words that apply them; wedgeprobe writes them while every thread of the process is stopped
+/// (threads run here, and one could be half-way through a prologue the jump overwrites). The
+/// hooks count as installed from now: a launch that reaches one is recorded. Returns how many
+/// words there are.
+pub fn prepare_for_attach(
+    resolve: Resolve,
+    out: &mut [probe_common::attach::PatchWord],
+) -> Result<usize, &'static str> {
+    if TRIED.swap(true, Ordering::AcqRel) {
+        return Err("the launch hooks were installed or tried already");
+    }
+    let Prepared { launches, calls } = prepare(resolve, true)?;
+    if launches.len() + calls.len() > out.len() {
+        return Err("more patches than an attach can carry");
+    }
+    for (i, p) in &calls {
+        crate::call_hooks::installed(*i, p.trampoline);
+    }
+    let mut all = launches;
+    all.extend(calls.into_iter().map(|(_, p)| p));
+    for (slot, p) in out.iter_mut().zip(&all) {
+        let (addr, old, new) = p.word();
+        *slot = probe_common::attach::PatchWord { addr, old, new };
+    }
+    let n = all.len();
+    let _ = PATCHES.set(all);
+    ACTIVE.store(true, Ordering::Release);
+    Ok(n)
+}
+
+/// After `prepare_for_attach`: how many of the patches' jumps are in place, of how many.
+pub fn patches_in_place() -> (usize, usize) {
+    let Some(patches) = PATCHES.get() else {
+        return (0, 0);
+    };
+    (
+        patches.iter().filter(|p| p.in_place()).count(),
+        patches.len(),
+    )
 }
 
 /// The shim stops recording for good (released, or the process exits): launches pass
@@ -282,7 +338,8 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
 pub fn remove() {
     PASS.store(true, Ordering::SeqCst);
     if let Some(patches) = PATCHES.get() {
-        for p in patches {
+        // (An attach that never completed has some jumps not in place: only those are undone.)
+        for p in patches.iter().filter(|p| p.in_place()) {
             // SAFETY: each was applied by `install`.
             if let Err(why) = unsafe { p.restore() } {
                 let mut line = b"launch hooks: ".to_vec();
@@ -324,6 +381,26 @@ fn graph_launch_name(rec: &recorder::Recorder) -> u32 {
         }
         id => id,
     }
+}
+
+/// Until then (CLOCK_MONOTONIC ns; 0 = never) every launch asks whether its stream is being
+/// captured (`crate::attach`).
+static CHECK_CAPTURES_UNTIL: AtomicU64 = AtomicU64::new(0);
+
+pub fn check_captures_until(ns: u64) {
+    CHECK_CAPTURES_UNTIL.store(ns, Ordering::Relaxed);
+}
+
+fn captures_unknown() -> bool {
+    let until = CHECK_CAPTURES_UNTIL.load(Ordering::Relaxed);
+    if until == 0 {
+        return false;
+    }
+    if monotonic_ns() < until {
+        return true;
+    }
+    CHECK_CAPTURES_UNTIL.store(0, Ordering::Relaxed);
+    false
 }
 
 fn capturing(stream: *mut c_void) -> bool {
@@ -368,8 +445,11 @@ fn before(
         return false;
     };
     // A launch into a stream being captured does not run: it becomes a graph node. Only
-    // asked while some capture is in progress (rare), so a launch normally pays nothing.
-    if crate::marks::get().is_some_and(crate::marks::Marks::capturing) && capturing(stream) {
+    // asked while some capture is in progress (rare), so a launch normally pays nothing —
+    // and for a while after an attach, when captures begun before are not counted.
+    if (crate::marks::get().is_some_and(crate::marks::Marks::capturing) || captures_unknown())
+        && capturing(stream)
+    {
         return false;
     }
     let i = entry as usize;

@@ -18,6 +18,7 @@
 //! launches between two marks) or `exact` (a CUPTI record per kernel: always the exact kernel
 //! and graph node, at the price in BENCHMARKS.md).
 
+pub mod attach;
 mod call_hooks;
 mod code_patch;
 pub mod cupti_backend;

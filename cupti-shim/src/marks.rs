@@ -129,6 +129,9 @@ struct StreamState {
     /// A launch on the stream entered and has not returned: the stream is not idle, and an
     /// idle mark would wait with the launch for room in its full queue.
     launching: AtomicBool,
+    /// An injected shim (`wedgeprobe attach`) has stood for the stream's work from before it
+    /// with a launch record of its own (`Marks::pre_attach`).
+    pre_attach_done: AtomicBool,
 }
 
 pub struct Marks {
@@ -149,6 +152,9 @@ pub struct Marks {
     with_events: bool,
     /// Event rings created so far (at most `MAX_RINGS`).
     rings: AtomicU32,
+    /// The shim was injected into a running process: each stream's work from before is
+    /// unknown (`pre_attach`).
+    attached_late: AtomicBool,
 }
 
 static MARKS: OnceLock<Marks> = OnceLock::new();
@@ -170,6 +176,7 @@ pub fn init(cap: u32, cadence: Cadence, with_events: bool) -> &'static Marks {
         captures: AtomicU32::new(0),
         with_events,
         rings: AtomicU32::new(0),
+        attached_late: AtomicBool::new(false),
     })
 }
 
@@ -220,6 +227,44 @@ pub struct Pending {
 }
 
 impl Marks {
+    /// The shim was injected into a running process (`wedgeprobe attach`).
+    pub fn set_attached_late(&self) {
+        self.attached_late.store(true, Release);
+    }
+
+    /// After an attach, before the first launch the shim sees on the stream of mark slot
+    /// `slot`: whether the stream's earlier work needs a record standing for it (once per
+    /// stream). The caller records it as launch `correlation` and calls `pre_attach`.
+    pub fn wants_pre_attach(&self, slot: u32) -> bool {
+        self.attached_late.load(Relaxed)
+            && self
+                .streams
+                .get(slot as usize)
+                .is_some_and(|s| !s.pre_attach_done.swap(true, Relaxed))
+    }
+
+    /// Marks the record standing for a stream's work from before the attach (launch
+    /// `correlation`), so it completes — and the first real launch has a window of its own —
+    /// as soon as that work has.
+    pub fn pre_attach(
+        &self,
+        writer: &Writer,
+        slot: u32,
+        stream: u64,
+        correlation: u64,
+        now_ns: u64,
+    ) {
+        if let Some(s) = self.streams.get(slot as usize) {
+            self.mark(
+                writer,
+                s,
+                (slot, stream),
+                correlation,
+                (now_ns, Reason::PreAttach),
+            );
+        }
+    }
+
     /// Whether marks can be enqueued now; the first call names the context the flush thread
     /// is to allocate the pinned words in.
     pub fn ready(&self, ctx: u64) -> bool {

@@ -259,6 +259,11 @@ impl Recorder {
             launch.nodes_pending = self.writer.graph_exec_kernels(launch.graph_id);
         }
         let pending = self.mark_decision(&mut launch, ctx, mark_slot);
+        if t.pre_attach_taken.take() {
+            // The launch's id went to the record of the stream's work from before an attach:
+            // the thread's slot names its new one.
+            self.api_enter_in(t, launch.api, launch.correlation, launch.launch_ns);
+        }
         t.in_launch.set((launch.correlation, launch.name_id));
         self.writer.launch(&launch);
         t.pending
@@ -295,6 +300,9 @@ impl Recorder {
         launch.mark = slot + 1;
         // The context a stream's launches run in: the flush thread's idle marks need it.
         m.set_context(slot, launch.stream, ctx);
+        let pre = m
+            .wants_pre_attach(slot)
+            .then(|| self.pre_attach_record(slot, launch));
         if !m.ready(ctx) {
             // No context-created callback allocated the marks' memory (CUPTI is not loaded):
             // the first launch does, unless a capture is in progress (then the flush thread
@@ -311,6 +319,9 @@ impl Recorder {
                 return None;
             }
         }
+        if let Some(pre) = pre {
+            m.pre_attach(&self.writer, slot, launch.stream, pre, launch.launch_ns);
+        }
         Some(m.before_launch(
             &self.writer,
             slot,
@@ -318,6 +329,31 @@ impl Recorder {
             launch.launch_ns,
             launch.tid,
         ))
+    }
+
+    /// The first launch on a stream after `wedgeprobe attach`: whatever the stream ran before
+    /// is unknown, and a kernel stuck there must not be taken for this launch. A launch record
+    /// of its own (`PRE_ATTACH_NAME`, at the attach time) stands for it and takes this
+    /// launch's id (the launch gets a new one); the caller marks it before the launch, so
+    /// stream order puts it first. Without a mark (the marks' memory not there yet) it stays a
+    /// candidate until a later mark or synchronize retires it. Returns its id.
+    fn pre_attach_record(&self, slot: u32, launch: &mut Launch) -> u64 {
+        let pre = launch.correlation;
+        launch.correlation = self.next_correlation();
+        thread_state::with(|t| t.pre_attach_taken.set(true));
+        self.writer.launch(&Launch {
+            correlation: pre,
+            name_id: self.writer.intern(probe_common::journal::PRE_ATTACH_NAME),
+            launch_ns: self.writer.created_ns(),
+            stream: launch.stream,
+            stream_id: launch.stream_id,
+            device: launch.device,
+            api: launch.api,
+            tid: launch.tid,
+            mark: slot + 1,
+            ..Launch::default()
+        });
+        pre
     }
 
     /// A CUDA context was created (CUPTI's resource callback; the simulated driver's first

@@ -33,9 +33,11 @@ pub enum Reason {
     Graph,
     /// By the flush thread, the stream idle.
     Idle,
+    /// Before the first launch on a stream after `wedgeprobe attach` (its earlier work).
+    PreAttach,
 }
 
-const REASONS: usize = 7;
+const REASONS: usize = 8;
 const NAMES: [&str; REASONS] = [
     "before a gap",
     "after a gap",
@@ -44,6 +46,7 @@ const NAMES: [&str; REASONS] = [
     "period",
     "graph launch",
     "idle",
+    "before attach",
 ];
 
 /// Where a recorded launch's time goes (`Phases`).

@@ -32,6 +32,9 @@ pub struct ThreadState {
     pub pending: Cell<Option<(u64, bool, Pending)>>,
     /// (context, its device) of this thread's last launch: cuCtxGetDevice once per context.
     pub device: Cell<(usize, u32)>,
+    /// The launch being recorded gave its id to the record of its stream's work from before
+    /// `wedgeprobe attach` (`Recorder::pre_attach`).
+    pub pre_attach_taken: Cell<bool>,
     /// Launched functions' name ids by handle (tag: the hooks' epoch).
     pub names: HandleCache<256>,
     /// Streams by (handle, per-thread flag) (tag: the hooks' epoch): the stream id + 1 in the
@@ -53,6 +56,7 @@ thread_local! {
             in_launch: Cell::new((0, 0)),
             pending: Cell::new(None),
             device: Cell::new((0, 0)),
+            pre_attach_taken: Cell::new(false),
             names: HandleCache::new(),
             streams: HandleCache::new(),
             graphs: HandleCache::new(),

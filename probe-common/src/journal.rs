@@ -63,6 +63,18 @@ pub const STATE_OFF: u32 = 2;
 /// from then on; the journal stays readable (threads' slots and what was in flight).
 pub const STATE_RELEASED: u32 = 3;
 
+/// `wedgeprobe attach` put the shim into the running process: it is preparing its hooks, and
+/// goes to `STATE_RECORDING` once they are in place (or `STATE_OFF` if they never were).
+pub const STATE_ATTACHING: u32 = 4;
+
+/// `Header::flags` bit: the shim was injected into a running process (`wedgeprobe attach`),
+/// at the journal's creation time. Launches before that are not in the journal; the first
+/// launch on each stream after it is preceded by a mark that stands for them (a launch record
+/// named `PRE_ATTACH_NAME`), so a kernel stuck from before is never taken for a later one.
+pub const JOURNAL_ATTACHED_LATE: u32 = 1;
+/// The name of the record standing for a stream's work queued before the shim was attached.
+pub const PRE_ATTACH_NAME: &[u8] = b"(work queued before wedgeprobe attached)";
+
 /// `Header::control` bit: wedgeprobe asks the shim to release CUPTI (`wedgeprobe release`).
 pub const CONTROL_RELEASE: u64 = 1;
 
@@ -140,7 +152,8 @@ pub struct Header {
     pub mark_every: u32,
     /// …or once this many µs have passed since the stream's last mark.
     pub mark_us: u32,
-    pub _pad: u32,
+    /// `JOURNAL_*` bits. (A reserved word until session 10: zero in older journals.)
+    pub flags: u32,
     /// Written by wedgeprobe (`trace`): while CLOCK_MONOTONIC is before it, the shim records
     /// per-kernel completions too, whatever its mode. A lease the reader renews every tick,
     /// so a reader that dies stops costing the target within seconds (atomic; 0 = none).
@@ -385,7 +398,7 @@ impl Layout {
             record_mode: RECORD_PER_KERNEL,
             mark_every: 0,
             mark_us: 0,
-            _pad: 0,
+            flags: 0,
             per_kernel_until_ns: 0,
         }
     }
@@ -529,6 +542,7 @@ mod tests {
         assert_eq!(size_of::<MarkSlot>(), 32);
         assert_eq!(offset_of!(Header, record_mode), 232);
         assert_eq!(offset_of!(Header, per_kernel_until_ns), 248);
+        assert_eq!(offset_of!(Header, flags), 244);
         assert_eq!(size_of::<GraphSlot>(), 32);
         assert_eq!(offset_of!(Header, control), 208);
         assert_eq!(size_of::<RingRecord>(), 104);

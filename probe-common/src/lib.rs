@@ -8,6 +8,7 @@
 #![no_std]
 
 pub mod api;
+pub mod attach;
 pub mod journal;
 
 /// Map names, shared so user space finds what the eBPF object declares.

@@ -36,6 +36,9 @@ pub enum Command {
     /// Always on: find every CUDA process on the node, watch them, serve Prometheus metrics,
     /// write incident dumps.
     Daemon(DaemonArgs),
+    /// Put the shim into running CUDA processes: their launches are journaled from then on,
+    /// as if they had been started with it (see the README for what it checks first).
+    Attach(AttachArgs),
     /// Make a process's shim give CUPTI back, so torch.profiler / Nsight can subscribe.
     Release {
         #[arg(long, value_name = "PID")]
@@ -207,4 +210,14 @@ impl FlightArgs {
             max_events: self.flight_max_events.max(1),
         })
     }
+}
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    /// The process to put the shim into (repeat for several).
+    #[arg(long = "pid", value_name = "PID", required = true)]
+    pub pids: Vec<u32>,
+    /// One JSON object per process.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -16,6 +16,13 @@ pub mod exit {
     pub const NO_JOURNAL: u8 = 8;
     pub const OUTPUT: u8 = 9;
     pub const LISTEN: u8 = 10;
+    /// `attach`: the process's state forbids it (a thread stuck in a driver call, already
+    /// instrumented, another tracer, another architecture).
+    pub const ATTACH_REFUSED: u8 = 11;
+    /// `attach`: the shim file could be replaced by someone other than root.
+    pub const UNSAFE_SHIM: u8 = 12;
+    /// `attach`: the injection did not complete (the process runs on without the shim).
+    pub const ATTACH_FAILED: u8 = 13;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,7 @@
 //! - `verdict/` — from the model to one verdict (host calls, kernels, host stalls, jobs);
 //! - `output/` — the report, Chrome traces and the flight recorder, Prometheus metrics;
 //! - `engine` — the tick every long-running command shares;
+//! - `inject/` — `attach`: putting the shim into a running process;
 //! - `commands/` — one file per subcommand, thin; `cli` the flags, `settings` the values
 //!   they set and every default; `timings` the phase lines of `WEDGEPROBE_TIMINGS=1`.
 
@@ -21,6 +22,7 @@ pub mod collect;
 pub mod commands;
 pub mod engine;
 pub mod error;
+pub mod inject;
 pub mod journal;
 pub mod model;
 pub mod output;

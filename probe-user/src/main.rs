@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         Command::Daemon(args) => commands::daemon::run(args),
         Command::Merge(args) => commands::merge::run(args, &mut out),
         Command::Release { pid } => commands::release::run(*pid, &mut out),
+        Command::Attach(args) => commands::attach::run(args, &mut out),
         Command::Run(args) => match commands::run::run(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -142,6 +142,42 @@ pub fn read_process_memory(pid: u32, addr: u64, buf: &mut [u8]) -> io::Result<us
     }
 }
 
+/// Writes `buf` into another process's memory at `addr` (writable mappings only). Returns how
+/// many bytes were written.
+pub fn write_process_memory(pid: u32, addr: u64, buf: &[u8]) -> io::Result<usize> {
+    let local = libc::iovec {
+        iov_base: buf.as_ptr().cast_mut().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: one local iovec over `buf` (only read by the kernel), which outlives the call;
+    // the remote side is checked by the kernel and faults are reported as errors.
+    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Writes one aligned 8-byte word of another process's *code* through /proc/PID/mem (which,
+/// for a tracer, writes read-only private mappings the way a debugger sets a breakpoint),
+/// after checking it holds `old`; reads it back. `Ok(false)`: it held something else.
+pub fn write_code_word(mem: &std::fs::File, addr: u64, old: u64, new: u64) -> io::Result<bool> {
+    use std::os::unix::fs::FileExt as _;
+    let mut b = [0u8; 8];
+    mem.read_exact_at(&mut b, addr)?;
+    if u64::from_le_bytes(b) != old {
+        return Ok(false);
+    }
+    mem.write_all_at(&new.to_le_bytes(), addr)?;
+    mem.read_exact_at(&mut b, addr)?;
+    Ok(u64::from_le_bytes(b) == new)
+}
+
 /// The effective capability set of this process (bit n = capability n).
 pub fn effective_capabilities() -> u64 {
     // /proc/self/status is the documented, stable view (CapEff as hex).

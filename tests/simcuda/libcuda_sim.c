@@ -276,6 +276,13 @@ EXPORT unsigned simcuda_stream_id(CUstream s) {
     return sid;
 }
 
+/* The stream's id (a CUDA 12 entry point the shim names streams by when CUPTI is not loaded). */
+EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long *id) {
+    if (!id) return CUDA_ERROR_INVALID_VALUE;
+    *id = simcuda_stream_id(s) + 1;
+    return CUDA_SUCCESS;
+}
+
 EXPORT HOOKABLE CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, unsigned shmem, CUstream s,
                                void **params, void **extra) {

@@ -2,6 +2,7 @@
 //! output together and holds no logic of its own. `Error` is what a command can fail with;
 //! its kind picks the exit code (README, "Exit codes").
 
+pub mod attach;
 pub mod daemon;
 pub mod merge;
 pub mod release;
@@ -31,6 +32,9 @@ pub enum Error {
     /// Writing to stdout/stderr failed (a closed pipe is a normal end, exit 0).
     #[error("cannot write the output: {0}")]
     Write(#[from] std::io::Error),
+    /// `attach` could not put the shim into a process (its own exit codes).
+    #[error(transparent)]
+    Attach(#[from] crate::inject::InjectError),
     /// Anything else (exit 1), with its cause chain.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
@@ -40,6 +44,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Probe(e) => e.exit_code(),
+            Self::Attach(e) => e.exit_code(),
             Self::Output(_) => exit::OUTPUT,
             Self::Listen(_) => exit::LISTEN,
             Self::Write(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::OK,

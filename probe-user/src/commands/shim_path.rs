@@ -4,14 +4,19 @@
 use std::io::Write;
 
 pub fn run(out: &mut impl Write) -> Result<(), crate::commands::Error> {
+    writeln!(out, "{}", shim_path()?.display())?;
+    Ok(())
+}
+
+/// The shim next to this binary (`run`, `attach` and this command use it).
+pub fn shim_path() -> anyhow::Result<std::path::PathBuf> {
     let exe = std::env::current_exe()?;
     let shim = exe.with_file_name("libcupti_shim.so");
     if !shim.exists() {
-        return Err(crate::commands::Error::Internal(anyhow::anyhow!(
+        anyhow::bail!(
             "no libcupti_shim.so next to {} (build it: cargo build -p cupti-shim)",
             exe.display()
-        )));
+        );
     }
-    writeln!(out, "{}", shim.display())?;
-    Ok(())
+    Ok(shim)
 }

@@ -53,10 +53,23 @@ struct Ra {
     addr: u64,
     region: Region,
     call: Call,
+    /// Where in the stack copy it was found (bytes from its start).
+    off: usize,
 }
 
 /// Where the thread is in libcuda, or `None` if it is not inside libcuda.
 pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found> {
+    entry_point_and_frame(ip, stack, code).map(|(f, _)| f)
+}
+
+/// `entry_point`, with where in `stack` the return address that told it lies (0 when the
+/// instruction pointer did): the frames from there up are the caller's, which do not change
+/// while the call lasts.
+pub fn entry_point_and_frame(
+    ip: u64,
+    stack: &[u8],
+    code: &impl CodeView,
+) -> Option<(Found, usize)> {
     let region = |a: u64| {
         if code.in_libcuda(a) {
             Region::Libcuda
@@ -68,13 +81,15 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found>
     };
     let ras: Vec<Ra> = stack
         .chunks_exact(8)
-        .filter_map(|w| Some(u64::from_le_bytes(w.try_into().ok()?)))
-        .filter(|&a| code.in_code(a))
-        .filter_map(|addr| {
+        .enumerate()
+        .filter_map(|(i, w)| Some((i * 8, u64::from_le_bytes(w.try_into().ok()?))))
+        .filter(|&(_, a)| code.in_code(a))
+        .filter_map(|(off, addr)| {
             Some(Ra {
                 addr,
                 region: region(addr),
                 call: call_before(code, addr)?,
+                off,
             })
         })
         .collect();
@@ -97,7 +112,7 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found>
     if let Some(id) = code.entry_point_at(ip)
         && caller_is_app(0)
     {
-        return Some(Found::EntryPoint(id));
+        return Some((Found::EntryPoint(id), 0));
     }
     for (i, ra) in ras.iter().enumerate() {
         match ra.region {
@@ -105,22 +120,22 @@ pub fn entry_point(ip: u64, stack: &[u8], code: &impl CodeView) -> Option<Found>
                 if let Some(id) = code.entry_point_at(ra.addr)
                     && caller_is_app(i + 1)
                 {
-                    return Some(Found::EntryPoint(id));
+                    return Some((Found::EntryPoint(id), ra.off));
                 }
             }
             Region::App => {
                 if let Some(id) =
                     call_target(code, ra.addr, ra.call).and_then(|t| code.entry_point_at(t))
                 {
-                    return Some(Found::EntryPoint(id));
+                    return Some((Found::EntryPoint(id), ra.off));
                 }
             }
             Region::Runtime => {}
         }
     }
     ras.iter()
-        .any(|r| r.region == Region::App)
-        .then_some(Found::UnknownEntryPoint)
+        .find(|r| r.region == Region::App)
+        .map(|r| (Found::UnknownEntryPoint, r.off))
 }
 
 /// The words of a stack that point into code, innermost first, at most `max`: candidate
