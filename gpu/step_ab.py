@@ -101,9 +101,11 @@ def main():
     gens = int(sys.argv[1]) if len(sys.argv) > 1 else 16
     graph_pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 400
     loop_pairs = int(sys.argv[3]) if len(sys.argv) > 3 else 200
-    set_off = switch()
     rng = random.Random(int(os.environ.get("AB_SEED", "7")))
     model, cfg = sb.build()
+    # Only now: the driver loaded the shim at CUDA's initialisation; asked before, ctypes
+    # would load a copy the driver never initialised (its switch off).
+    set_off = switch()
     prompt = torch.randint(0, cfg.vocab_size, (sb.BATCH, sb.PROMPT), device="cuda")
     sb.generate(model, prompt)
     g, _, _ids = sb.graph_step(model, cfg)

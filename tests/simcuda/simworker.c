@@ -14,6 +14,12 @@
  *   simworker idle-after [run_s]                 healthy for run_s, then three launches back to
  *                                                back and 10 s idle (no synchronize)
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
+ *   simworker loop [run_s]                       a launch loop (a sync every 64), no long kernel
+ *
+ * SIMWORKER_GUARD=1 adds a thread that waits in futex(FUTEX_WAIT) with known values in its
+ * callee-saved, argument and vector registers, woken every 10 ms, and checks them after each
+ * wake: what `wedgeprobe attach` must restore when it takes such a thread over. At exit it
+ * prints "guard wakes N corrupted M" and the process exits 3 if M > 0.
  *
  * SIMWORKER_IDLE_THREADS=N parks N extra threads in condition waits (a PyTorch process has
  * 50-90 threads, most of them idle pools: what a probe pays per thread shows up with them);
@@ -34,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 
 #include "cuda_sim.h"
 
@@ -104,6 +111,79 @@ static void *short_lived(void *arg) {
     return NULL;
 }
 
+/* SIMWORKER_GUARD (see the header). The futex word is never changed: only wakes end a wait. */
+static int guard_word;
+static volatile long guard_wakes, guard_bad;
+
+/* One wait with known register values, then their check: returns how many differ. */
+static long guard_wait(void) {
+    long bad = 0;
+    __asm__ volatile(
+        "movabs $0x1111111111111111, %%r12\n\t"
+        "movabs $0x2222222222222222, %%r13\n\t"
+        "movabs $0x3333333333333333, %%r14\n\t"
+        "movabs $0x4444444444444444, %%r15\n\t"
+        "movq %%r12, %%xmm6\n\t"
+        "movq %%r13, %%xmm7\n\t"
+        "movq %%r14, %%xmm8\n\t"
+        "lea %[w], %%rdi\n\t"
+        "mov $0x80, %%esi\n\t"
+        "xor %%edx, %%edx\n\t"
+        "xor %%r10d, %%r10d\n\t"
+        "xor %%r8d, %%r8d\n\t"
+        "xor %%r9d, %%r9d\n\t"
+        "mov $202, %%eax\n\t"
+        "syscall\n\t"
+        "xor %%ecx, %%ecx\n\t"
+        "movabs $0x1111111111111111, %%rax\n\t"
+        "cmp %%rax, %%r12\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "movabs $0x2222222222222222, %%rax\n\t"
+        "cmp %%rax, %%r13\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "movabs $0x3333333333333333, %%rax\n\t"
+        "cmp %%rax, %%r14\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "movabs $0x4444444444444444, %%rax\n\t"
+        "cmp %%rax, %%r15\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "cmp $0x80, %%rsi\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "test %%rdx, %%rdx\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "test %%r10, %%r10\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "test %%r8, %%r8\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "test %%r9, %%r9\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "movq %%xmm6, %%rax\n\t" "cmp %%rax, %%r12\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "movq %%xmm7, %%rax\n\t" "cmp %%rax, %%r13\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "movq %%xmm8, %%rax\n\t" "cmp %%rax, %%r14\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        : [bad] "+r"(bad)
+        : [w] "m"(guard_word)
+        : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
+          "r15", "xmm6", "xmm7", "xmm8", "memory", "cc");
+    return bad;
+}
+
+static void *guard_thread(void *arg) {
+    (void)arg;
+    for (;;) {
+        long b = guard_wait();
+        guard_bad += b;
+        guard_wakes++;
+    }
+    return NULL;
+}
+
+static void *guard_waker(void *arg) {
+    (void)arg;
+    for (;;) {
+        usleep(10000);
+        syscall(202, &guard_word, 0x81 /* FUTEX_WAKE_PRIVATE */, 1, NULL, NULL, 0);
+    }
+    return NULL;
+}
+
+static void guard_report(void) {
+    if (!getenv("SIMWORKER_GUARD")) return;
+    printf("guard wakes %ld corrupted %ld\n", guard_wakes, guard_bad);
+    fflush(stdout);
+    if (guard_bad) _exit(3);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "wedge";
     double run_s = argc > 2 ? atof(argv[2]) : 15;
@@ -126,6 +206,14 @@ int main(int argc, char **argv) {
         pthread_t t;
         pthread_create(&t, NULL, idle_pool_thread, NULL);
         pthread_detach(t);
+    }
+    if (getenv("SIMWORKER_GUARD")) {
+        pthread_t g, w;
+        pthread_create(&g, NULL, guard_thread, NULL);
+        pthread_setname_np(g, "guard");
+        pthread_create(&w, NULL, guard_waker, NULL);
+        pthread_setname_np(w, "waker");
+        atexit(guard_report);
     }
     const char *pace = getenv("SIMWORKER_PACE_US");
     int pace_us = pace ? atoi(pace) : 50;
@@ -151,6 +239,14 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "healthy")) {
         long n = 0;
         launch(long_kernel);
+        while (now_s() - start < run_s) {
+            launch(decode);
+            if (++n % 64 == 0) cuStreamSynchronize(stream);
+            if (pace_us > 0) usleep(pace_us);
+        }
+        cuCtxSynchronize();
+    } else if (!strcmp(mode, "loop")) {
+        long n = 0;
         while (now_s() - start < run_s) {
             launch(decode);
             if (++n % 64 == 0) cuStreamSynchronize(stream);

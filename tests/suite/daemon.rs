@@ -74,7 +74,7 @@ impl Daemon {
         d
     }
 
-    fn wait_for(&self, timeout: Duration, f: impl Fn(&Value) -> bool) -> Value {
+    pub(super) fn wait_for(&self, timeout: Duration, f: impl Fn(&Value) -> bool) -> Value {
         let start = Instant::now();
         while start.elapsed() < timeout {
             if let Some(v) = self.events.lock().unwrap().iter().find(|e| f(e)) {

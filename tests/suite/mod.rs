@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: workloads that clean up after themselves,
 //! running wedgeprobe, and the root check.
 
+mod attach;
 mod bad_input;
 mod daemon;
 mod job;
@@ -68,6 +69,19 @@ impl Worker {
         let mut cmd = Command::new(wp_tests::simworker());
         let file = std::fs::File::create(log).expect("create the worker's log");
         cmd.args(args).stdout(Stdio::null()).stderr(file);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self {
+            child: cmd.spawn().expect("failed to start simworker"),
+        }
+    }
+
+    /// `spawn` with the worker's stdout piped (read it with `child.stdout` after it ends).
+    pub fn spawn_piped(args: &[&str], env: &[(&str, &str)]) -> Self {
+        wait_for_background_detach();
+        let mut cmd = Command::new(wp_tests::simworker());
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::null());
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -315,6 +315,8 @@ impl Collector {
                         JournalStatus::ShimOff
                     } else if view.shim_released() {
                         JournalStatus::Released
+                    } else if view.shim_attaching() {
+                        JournalStatus::Attaching
                     } else {
                         JournalStatus::Recording
                     },
@@ -330,6 +332,7 @@ impl Collector {
                     ring_lost: cursor.lost,
                     ring_skipped: cursor.skipped,
                     drops: view.drops().into_iter().collect(),
+                    attached_late: view.attached_late(),
                 },
             );
             lap.mark(&mut self.phases[6]);

@@ -120,9 +120,9 @@ pub struct Attached {
 pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
     let start = Instant::now();
     let target = Target::open(pid)?;
+    checks::traceable(pid)?;
     checks::architecture(pid)?;
     checks::not_instrumented(&target)?;
-    checks::traceable(pid)?;
     let image = checks::shim_image(shim)?;
     let (dlopen, dlsym) = checks::dl_functions(pid)?;
     let lib = LibCuda::resolve(&target.libcuda_host_path).map_err(ProbeError::Other)?;
@@ -143,15 +143,21 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
         commit_deadline_ns: deadline,
         ..AttachArgs::default()
     };
-    let mut tried = Vec::new();
+    // A thread seen idle may wake before it is stopped (a pool woken every few ms): it is let
+    // go untouched, and the choice made again.
+    let mut attempts = 0;
     let ran = loop {
-        let Some(tid) = remote::pick_thread(pid, &code, &tried) else {
+        attempts += 1;
+        let Some(tid) = remote::pick_thread(pid, &code, &[]) else {
+            if attempts < 20 {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
             return Err(InjectError::Refused(format!(
                 "no thread of pid {pid} is idle in a futex wait to take over (attach needs one \
                  outside the driver; a Python or PyTorch process has many)"
             )));
         };
-        tried.push(tid);
         match remote::run(remote::Plan {
             pid,
             tid,
@@ -162,7 +168,7 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
             wait: Duration::from_secs(10),
         }) {
             Ok(ran) => break (tid, ran),
-            Err(InjectError::ThreadBusy { .. }) if tried.len() < 8 => continue,
+            Err(InjectError::ThreadBusy { .. }) if attempts < 20 => continue,
             Err(e) => return Err(e),
         }
     };

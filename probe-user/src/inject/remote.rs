@@ -62,7 +62,11 @@ pub fn pick_thread(pid: u32, code: &TargetCode, exclude: &[u32]) -> Option<u32> 
         let mut stack = vec![0u8; 8192];
         let n = sys::read_process_memory(pid, call.sp, &mut stack).unwrap_or(0);
         let stack = &stack[..n];
-        if stackscan::entry_point(call.pc, stack, code).is_some() {
+        let found = stackscan::entry_point(call.pc, stack, code);
+        if std::env::var_os("WEDGEPROBE_DEBUG_ATTACH").is_some() {
+            eprintln!("attach: thread {tid} waits in a futex; {n} stack bytes; libcuda: {found:?}");
+        }
+        if found.is_some() {
             return false;
         }
         let in_driver = stackscan::code_words(stack, code, 64)

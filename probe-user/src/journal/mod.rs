@@ -186,6 +186,17 @@ impl JournalView {
         self.header_now().state == STATE_RELEASED
     }
 
+    /// `wedgeprobe attach` is putting the shim in: its hooks are not all in place yet.
+    pub fn shim_attaching(&self) -> bool {
+        self.header_now().state == probe_common::journal::STATE_ATTACHING
+    }
+
+    /// The shim was injected into the running process (`wedgeprobe attach`): launches from
+    /// before the journal's creation are not in it.
+    pub fn attached_late(&self) -> bool {
+        self.header.flags & probe_common::journal::JOURNAL_ATTACHED_LATE != 0
+    }
+
     /// Kernel nodes of CUDA graphs and executable graphs, as the shim recorded them
     /// (consistent, published slots only).
     pub fn graphs(&self) -> Graphs {

@@ -281,6 +281,9 @@ pub enum JournalStatus {
     ShimOff,
     /// `wedgeprobe release` made it give CUPTI back.
     Released,
+    /// `wedgeprobe attach` is putting the shim in (its hooks not all in place yet): nothing
+    /// is judged from it until it records.
+    Attaching,
     Rejected(String),
 }
 
@@ -297,6 +300,7 @@ impl std::fmt::Display for JournalStatus {
             Self::Recording => f.write_str("recording"),
             Self::ShimOff => f.write_str("shim_off"),
             Self::Released => f.write_str("released"),
+            Self::Attaching => f.write_str("attaching"),
             Self::Rejected(why) => write!(f, "rejected: {why}"),
         }
     }
@@ -328,6 +332,9 @@ pub struct JournalInfo {
     pub ring_skipped: u64,
     /// The shim's own drop counters.
     pub drops: std::collections::BTreeMap<&'static str, u64>,
+    /// The shim was put into the running process (`wedgeprobe attach`): its launches from
+    /// before are not in the journal.
+    pub attached_late: bool,
 }
 
 /// One thread inside a driver call, as reports show it.

@@ -209,6 +209,14 @@ impl Report {
                 },
                 t.launch_probes
             )?;
+            if t.journal.as_ref().is_some_and(|j| j.attached_late) {
+                writeln!(
+                    out,
+                    "  its shim was put in while it ran (wedgeprobe attach): launches from before \
+                     are not in its journal; what a stream had queued then shows as one record, \
+                     \"(work queued before wedgeprobe attached)\""
+                )?;
+            }
         }
         Ok(())
     }

@@ -26,6 +26,9 @@ pub struct Config {
     pub max_targets: usize,
     /// Extra kernel-name patterns that mark collectives.
     pub collectives: Vec<String>,
+    /// Put the shim into CUDA processes found without it (`wedgeprobe attach`'s checks and
+    /// steps, once per process).
+    pub inject: bool,
 }
 
 impl Default for Config {
@@ -50,6 +53,7 @@ impl Default for Config {
             json_logs: false,
             max_targets: defaults::DAEMON_MAX_TARGETS,
             collectives: Vec::new(),
+            inject: false,
         }
     }
 }
@@ -73,6 +77,7 @@ struct File {
     log_format: Option<String>,
     max_targets: Option<usize>,
     collectives: Option<Vec<String>>,
+    inject: Option<bool>,
 }
 
 /// What is wrong with a configuration, naming the key.
@@ -163,6 +168,7 @@ pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
         },
         max_targets: f.max_targets.unwrap_or(d.max_targets).max(1),
         collectives: f.collectives.clone().unwrap_or_default(),
+        inject: f.inject.unwrap_or(d.inject),
     };
     if c.tick > Duration::from_secs(5) {
         return Err(key(

@@ -123,6 +123,7 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
         last_scan: 0,
         // WEDGEPROBE_DEBUG_TICK=1: where a tick's time goes, every 100 ticks on stderr.
         debug: std::env::var_os("WEDGEPROBE_DEBUG_TICK").map(|_| TickDebug::default()),
+        injections: Injections::default(),
     };
     loop {
         let now = sys::monotonic_ns();
@@ -162,6 +163,79 @@ struct Daemon {
     shared: Arc<Mutex<Snapshot>>,
     last_scan: u64,
     debug: Option<TickDebug>,
+    injections: Injections,
+}
+
+/// `inject = true`: the attaches under way (each on its thread) and the processes tried.
+#[derive(Default)]
+struct Injections {
+    tried: std::collections::HashSet<u32>,
+    running: std::collections::HashSet<u32>,
+    done: Arc<Mutex<Vec<(u32, String, Result<crate::inject::Attached, String>)>>>,
+}
+
+impl Injections {
+    /// Starts the attach of `pid` unless it was tried before; whether it started.
+    fn start(&mut self, pid: u32, comm: &str, log: &mut Log) -> bool {
+        if !self.tried.insert(pid) {
+            return false;
+        }
+        let shim = match crate::commands::shim_path::shim_path() {
+            Ok(s) => s,
+            Err(e) => {
+                log.event(
+                    "inject_failed",
+                    json!({"pid": pid, "comm": comm, "error": format!("{e:#}")}),
+                    format!("pid {pid} ({comm}): cannot inject the shim: {e:#}"),
+                );
+                return false;
+            }
+        };
+        let done = self.done.clone();
+        let comm = comm.to_string();
+        let spawned = std::thread::Builder::new()
+            .name("wedgeprobe-inject".into())
+            .spawn(move || {
+                let r = crate::inject::attach(pid, &shim).map_err(|e| e.to_string());
+                if let Ok(mut d) = done.lock() {
+                    d.push((pid, comm, r));
+                }
+            });
+        if spawned.is_ok() {
+            self.running.insert(pid);
+        }
+        spawned.is_ok()
+    }
+
+    fn running(&self, pid: u32) -> bool {
+        self.running.contains(&pid)
+    }
+
+    /// Logs the attaches that finished.
+    fn finished(&mut self, log: &mut Log) {
+        let done: Vec<_> = match self.done.lock() {
+            Ok(mut d) => d.drain(..).collect(),
+            Err(_) => return,
+        };
+        for (pid, comm, r) in done {
+            self.running.remove(&pid);
+            match r {
+                Ok(a) => log.event(
+                    "injected",
+                    json!({"pid": pid, "comm": comm, "hooks": a.hooks, "seconds": a.seconds}),
+                    format!(
+                        "pid {pid} ({comm}): shim injected in {:.1} s ({} entry points hooked)",
+                        a.seconds, a.hooks
+                    ),
+                ),
+                Err(e) => log.event(
+                    "inject_failed",
+                    json!({"pid": pid, "comm": comm, "error": e}),
+                    format!("pid {pid} ({comm}): shim not injected: {e}; watching it eBPF-only"),
+                ),
+            }
+        }
+    }
 }
 
 impl Daemon {
@@ -202,6 +276,7 @@ impl Daemon {
 
     /// Every `scan_interval`: attaches to CUDA processes not watched yet.
     fn discover(&mut self, now: u64) {
+        self.injections.finished(&mut self.log);
         if now.saturating_sub(self.last_scan) < self.cfg.scan_interval.as_nanos() as u64 {
             return;
         }
@@ -217,6 +292,21 @@ impl Daemon {
                 continue;
             };
             let comm = target.comm.clone();
+            // `inject = true`: a CUDA process without the shim gets it first (on a thread of
+            // its own: an attach takes up to seconds, and the ticks go on), then is attached
+            // like one started with it.
+            if self.cfg.inject
+                && target.journal.is_none()
+                && !crate::process::target::expects_shim(pid)
+                && self.injections.start(pid, &comm, &mut self.log)
+            {
+                self.discovery.await_shim(pid, self.cfg.scan_interval);
+                continue;
+            }
+            if self.injections.running(pid) {
+                self.discovery.await_shim(pid, self.cfg.scan_interval);
+                continue;
+            }
             // A process that will load the shim when it initialises CUDA, not there yet: uprobes
             // put on libcuda's entry points now would make the shim find them and record
             // through CUPTI's callbacks instead of its hooks (on the H200 a daemon started
