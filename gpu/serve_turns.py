@@ -14,7 +14,8 @@ Why: on the H200 VM the same side measured 15–40% apart between rounds of sepa
 
 Sides: base (nothing), shim (CUDA_INJECTION64_PATH, default recording), shim_daemon (+ one
 `wedgeprobe daemon` attached to these processes only: max_targets), exact
-(WEDGEPROBE_SHIM_RECORD=exact), cupti_off (the shim loaded, off). Binaries: $NEW (default
+(WEDGEPROBE_SHIM_RECORD=exact), cupti_off (the shim loaded, off), attached (started bare, the
+shim put in by `wedgeprobe attach` once warm). Binaries: $NEW (default
 target/release). Writes OUT/turns.jsonl (every turn) and prints the tables.
 """
 import argparse
@@ -114,6 +115,8 @@ def side_env(side, new):
         "shim_daemon": {"CUDA_INJECTION64_PATH": shim},
         "exact": {"CUDA_INJECTION64_PATH": shim, "WEDGEPROBE_SHIM_RECORD": "exact"},
         "cupti_off": {"CUDA_INJECTION64_PATH": shim, "WEDGEPROBE_SHIM": "off"},
+        # Started bare; `wedgeprobe attach` puts the shim in once it is warm (issue 15).
+        "attached": {},
     }[side]
     env.update(extra)
     return env
@@ -242,6 +245,13 @@ def main():
     for w in others:
         w.wait_ready()
     workers = daemon_side + others
+    for w in workers:
+        if w.side == "attached":
+            t0 = time.time()
+            out = subprocess.run([os.path.join(new, "wedgeprobe"), "attach", "--pid", str(w.pid)],
+                                 capture_output=True, text=True, timeout=60)
+            print(f"{w.name}: attach exit {out.returncode} in {time.time() - t0:.1f} s: "
+                  f"{(out.stdout + out.stderr).strip()[:300]}", flush=True)
     print(f"{len(workers)} workers ready after {time.time() - t_start:.0f} s", flush=True)
     rng = random.Random(a.seed)
     rows = []

@@ -28,7 +28,8 @@
  * marks cannot bracket it alone: the report must list candidates);
  * SIMWORKER_START_DELAY_MS delays everything (a probe can attach before the kernel lookups);
  * SIMWORKER_LAUNCH_API=ex launches through cuLaunchKernelEx; SIMWORKER_SYNC_API=ctx|ctx_v2|copy
- * makes the syncer wait in cuCtxSynchronize, cuCtxSynchronize_v2 or a blocking cuMemcpyDtoH.
+ * makes the syncer wait in cuCtxSynchronize, cuCtxSynchronize_v2 or a blocking cuMemcpyDtoH
+ * (none: it never synchronizes); SIMWORKER_AFTER_WEDGE_US paces the launches behind the wedge.
  *
  * The process releases itself: the wedged kernel completes after SIMCUDA_RELEASE_AFTER_S,
  * and every mode exits after run_s.
@@ -84,6 +85,10 @@ static void *syncer(void *arg) {
     const char *how = arg;
     char buf[64];
     while (!stop) {
+        if (!strcmp(how, "none")) {
+            usleep(20000);
+            continue;
+        }
         if (!strcmp(how, "ctx")) cuCtxSynchronize();
         else if (!strcmp(how, "ctx_v2")) cuCtxSynchronize_v2(NULL);
         else if (!strcmp(how, "copy")) cuMemcpyDtoH_v2(buf, 0x1000, sizeof buf);
@@ -223,6 +228,7 @@ int main(int argc, char **argv) {
         double wedge_after = (argc > 3 ? atof(argv[3]) : 300) / 1e3;
         pthread_t t;
         const char *how = getenv("SIMWORKER_SYNC_API");
+        /* SIMWORKER_SYNC_API=none: no syncer thread. */
         pthread_create(&t, NULL, syncer, (void *)(how ? how : "stream"));
         pthread_setname_np(t, "syncer");
         while (now_s() - start < wedge_after) {
@@ -232,7 +238,13 @@ int main(int argc, char **argv) {
         const char *burst = getenv("SIMWORKER_BURST");
         for (int i = 0; burst && i < atoi(burst); i++) launch(prefill);
         launch(wedge);
-        while (now_s() - start < run_s) launch(decode); /* blocks once 1021 are queued */
+        /* SIMWORKER_AFTER_WEDGE_US: a pause between the launches behind the wedge (the queue
+         * then fills slowly: a stuck kernel with no thread blocked behind it for a while). */
+        const char *after = getenv("SIMWORKER_AFTER_WEDGE_US");
+        while (now_s() - start < run_s) {
+            launch(decode); /* blocks once 1021 are queued */
+            if (after) usleep(atoi(after));
+        }
         cuStreamSynchronize(stream); /* with run_s <= wedge_after: only synchronizes wait */
         stop = 1;
         pthread_join(t, NULL);

@@ -13,8 +13,8 @@ use std::{
 };
 
 use super::{
-    Worker, daemon::Daemon, launch_probes, report_json, require_root, secs, shim_path,
-    wait_until, wedgeprobe, wedgeprobe_bin,
+    Worker, daemon::Daemon, launch_probes, report_json, require_root, secs, shim_path, wait_until,
+    wedgeprobe, wedgeprobe_bin,
 };
 
 const GUARD: (&str, &str) = ("SIMWORKER_GUARD", "1");
@@ -164,7 +164,8 @@ fn a_hundred_attaches_killed_at_random_points_leave_the_target_running_and_corre
     for w in &done {
         let pid = w.pid();
         if let Ok(m) = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-            && m.contains("wedgeprobe-") && m.contains(".journal")
+            && m.contains("wedgeprobe-")
+            && m.contains(".journal")
         {
             let r = report_json(&["--pid", &pid.to_string(), "--window", "200ms"]);
             let status = r["targets"][0]["journal"]["status"].as_str().unwrap_or("");
@@ -187,6 +188,56 @@ fn a_hundred_attaches_killed_at_random_points_leave_the_target_running_and_corre
 }
 
 use std::path::Path;
+
+/// A kernel stuck since before the attach, no thread blocked behind it yet (its launcher
+/// paces itself): the attach goes through, and the report names what is stuck as the work
+/// queued before the attach — never the first launch the shim saw after it, which waits
+/// behind it.
+#[test]
+fn a_kernel_stuck_before_the_attach_is_never_taken_for_a_later_launch() {
+    require_root!();
+    let w = spawn_guarded(
+        &["wedge", "14", "300"],
+        &[
+            ("SIMCUDA_RELEASE_AFTER_S", "9"),
+            ("SIMWORKER_SYNC_API", "none"),
+            ("SIMWORKER_AFTER_WEDGE_US", "20000"),
+        ],
+    );
+    w.wait_for_cuda();
+    sleep(secs(1.0));
+    let out = wedgeprobe(&["attach", "--pid", &w.pid_arg()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sleep(secs(3.0));
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        "--kernel-floor",
+        "1s",
+        "--kernel-hard-bound",
+        "2s",
+    ]);
+    let head = &r["kernels"][0];
+    assert_eq!(
+        head["kernel"], "(work queued before wedgeprobe attached)",
+        "{head}"
+    );
+    assert!(head["queued_behind"].as_u64() > Some(50), "{head}");
+    let summary = r["verdict"]["summary"].as_str().unwrap_or("");
+    assert!(
+        !summary.contains("_Z13decode_kernelPKfPfi")
+            && summary.contains("before wedgeprobe attached"),
+        "{}",
+        r["verdict"]
+    );
+    let (code, stdout) = finish(w);
+    assert_eq!(code, Some(0), "{stdout}");
+}
 
 /// A process already blocked inside a launch behind a stuck kernel: refused (exit 11), the
 /// thread and the call named; nothing put into it.
@@ -268,7 +319,12 @@ fn an_injected_shim_is_read_by_report_and_released_by_release() {
     w.wait_for_cuda();
     sleep(secs(0.3));
     let out = wedgeprobe(&["attach", "--pid", &w.pid_arg()]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r = report_json(&["--pid", &w.pid_arg(), "--window", "300ms"]);
     let t = &r["targets"][0];
     assert_eq!(r["mode"], "journal+ebpf", "{t}");

@@ -15,6 +15,7 @@
 //!    thread; the shim prepares its hooks and lists the code words that turn them on;
 //! 4. `commit`: those words are written with every thread stopped (milliseconds);
 //! 5. the shim's flush thread sees them in place: the journal says recording.
+//!
 //! Killed at any point, wedgeprobe leaves the process running: see `remote` for the one
 //! microseconds-long window, and `cupti-shim/src/attach.rs` for the shim's own deadline.
 

@@ -79,6 +79,12 @@ pub struct StreamHead {
 }
 
 impl StreamHead {
+    /// Whether this head is the record an attached shim keeps for its stream's work from
+    /// before the attach (`probe_common::journal::PRE_ATTACH_NAME`): no kernel of its own.
+    pub fn before_attach(&self) -> bool {
+        self.exact && self.kernel.as_bytes() == probe_common::journal::PRE_ATTACH_NAME
+    }
+
     /// The kernel names this head stands for: its candidates, or itself.
     pub fn names(&self) -> Vec<&str> {
         if self.exact {

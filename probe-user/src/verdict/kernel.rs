@@ -158,12 +158,30 @@ pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
             ),
             None => format!("graph launch (exec {}, nodes unknown)", g.exec_id),
         },
+        // A graph instantiated before the shim was there (`wedgeprobe attach`): no node list.
+        None if head.kernel == "(graph launch)" => {
+            "a CUDA graph launch (its graph was instantiated before the shim was there: its \
+             kernel nodes are not known)"
+                .to_string()
+        }
         None => match &head.kernel_demangled {
             Some(d) => format!("{d} [{}]", head.kernel),
             None => head.kernel.clone(),
         },
     };
-    let shape = if head.graph.is_some() {
+    if head.before_attach() {
+        return format!(
+            "work queued on device {} stream {} before wedgeprobe attached (a kernel launched \
+             before the shim was put in: it cannot be named) has not completed for ≥ {} since \
+             the attach (bound {}), {} launches queued behind it",
+            head.device,
+            head.stream,
+            fmt_duration(head.running_ms),
+            fmt_duration(j.bound_ms),
+            head.queued_behind
+        );
+    }
+    let shape = if head.graph.is_some() || head.kernel == "(graph launch)" {
         String::new()
     } else {
         format!(

@@ -166,12 +166,15 @@ struct Daemon {
     injections: Injections,
 }
 
+/// An attach that finished: (pid, comm, what it did or why not).
+type Injected = (u32, String, Result<crate::inject::Attached, String>);
+
 /// `inject = true`: the attaches under way (each on its thread) and the processes tried.
 #[derive(Default)]
 struct Injections {
     tried: std::collections::HashSet<u32>,
     running: std::collections::HashSet<u32>,
-    done: Arc<Mutex<Vec<(u32, String, Result<crate::inject::Attached, String>)>>>,
+    done: Arc<Mutex<Vec<Injected>>>,
 }
 
 impl Injections {
