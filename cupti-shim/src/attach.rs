@@ -2,8 +2,8 @@
 //! loaded by the driver at `cuInit` through `CUDA_INJECTION64_PATH`.
 //!
 //! wedgeprobe takes over one of the process's threads at a system-call boundary, has it load
-//! this library and call `wedgeprobe_shim_attach`, and gives the thread back; the protocol and
-//! its layout are `probe_common::attach`. Here, on that thread: the journal is created (marked
+//! this library and call `wedgeprobe_shim_attach`, and the thread goes back to its wait
+//! (probe-user's `inject::blob`); the protocol and its layout are `probe_common::attach`. Here, on that thread: the journal is created (marked
 //! attaching and attached late), marks are set up, every hook is prepared but none applied —
 //! other threads are running and one could be half-way through a prologue a jump overwrites —
 //! and the code words that apply them are handed back. wedgeprobe writes them with every
@@ -38,20 +38,12 @@ use crate::{launch_hooks, marks, recorder};
 /// How long after an attach every launch asks whether its stream is being captured: a capture
 /// that began before the attach is not in the shim's count (captures last milliseconds).
 const LATE_CAPTURE_S: u64 = 10;
-/// How long after the taking-over thread returned its page is unmapped: it has a few
-/// instructions left to run there (restoring its registers) — a thread throttled by a CPU
-/// quota can be held back for a 100 ms period.
-const UNMAP_AFTER_NS: u64 = 2_000_000_000;
-
 const IDLE: u8 = 0;
 const WAITING: u8 = 1;
 const DONE: u8 = 2;
 
 static PHASE: AtomicU8 = AtomicU8::new(IDLE);
 static DEADLINE_NS: AtomicU64 = AtomicU64::new(0);
-static PAGE: AtomicU64 = AtomicU64::new(0);
-static PAGE_LEN: AtomicU64 = AtomicU64::new(0);
-static UNMAP_AT_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Called by the thread wedgeprobe took over (see the module doc): prepares everything but
 /// the jumps, lists their code words in `args`, returns `args.status` (`ATTACH_*`).
@@ -79,17 +71,6 @@ pub unsafe extern "C" fn wedgeprobe_shim_attach(args: *mut AttachArgs) -> u32 {
     a.message[..n].copy_from_slice(&why.as_bytes()[..n]);
     a.message[n] = 0;
     a.status = status;
-    if status != ATTACH_PREPARED {
-        // No flush thread to give the page back: a short-lived one does.
-        PAGE.store(a.page, Relaxed);
-        PAGE_LEN.store(a.page_len, Relaxed);
-        let _ = std::thread::Builder::new()
-            .name("wedgeprobe-unmap".into())
-            .spawn(|| {
-                std::thread::sleep(std::time::Duration::from_nanos(UNMAP_AFTER_NS));
-                unmap_page();
-            });
-    }
     status
 }
 
@@ -136,8 +117,6 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
             (status, why.to_string())
         })?;
     DEADLINE_NS.store(a.commit_deadline_ns, Relaxed);
-    PAGE.store(a.page, Relaxed);
-    PAGE_LEN.store(a.page_len, Relaxed);
     PHASE.store(WAITING, Release);
     crate::cupti_backend::spawn_flush_thread().map_err(|why| {
         launch_hooks::pass_through(true);
@@ -148,12 +127,11 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
 }
 
 /// The flush thread, every tick: once an attach's jumps are all in place, the journal
-/// records; past the deadline without them, the shim steps aside. Then the injection page
-/// goes back. One load when there is no attach.
+/// records; past the deadline without them, the shim steps aside. One load when there is no
+/// attach under way.
 pub fn tick(rec: &recorder::Recorder) {
     let now = recorder::monotonic_ns();
     match PHASE.load(Acquire) {
-        IDLE => {}
         WAITING => {
             let (in_place, all) = launch_hooks::patches_in_place();
             if in_place == all && all > 0 {
@@ -175,24 +153,8 @@ pub fn tick(rec: &recorder::Recorder) {
             } else {
                 return;
             }
-            UNMAP_AT_NS.store(now + UNMAP_AFTER_NS, Relaxed);
             PHASE.store(DONE, Release);
         }
-        _ => {
-            if now >= UNMAP_AT_NS.load(Relaxed) {
-                unmap_page();
-            }
-        }
-    }
-}
-
-/// Gives the injection page back, once.
-fn unmap_page() {
-    let page = PAGE.swap(0, AcqRel);
-    let len = PAGE_LEN.load(Relaxed);
-    if page != 0 && len != 0 {
-        // SAFETY: wedgeprobe's injection page (it told us where and how long), which the
-        // thread that ran the injection has left (UNMAP_AFTER_NS after it returned).
-        unsafe { libc::munmap(page as *mut libc::c_void, len as usize) };
+        _ => {}
     }
 }

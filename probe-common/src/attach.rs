@@ -44,10 +44,6 @@ pub struct AttachArgs {
     pub magic: u64,
     /// In: CLOCK_MONOTONIC ns by which the words are written; past it the shim backs out.
     pub commit_deadline_ns: u64,
-    /// In: the injection page and its length: the shim unmaps it once the thread that ran
-    /// the injection has left it (`left` below).
-    pub page: u64,
-    pub page_len: u64,
     /// Out: `ATTACH_*`.
     pub status: u32,
     /// Out: valid entries of `patches`.
@@ -62,8 +58,6 @@ impl Default for AttachArgs {
         Self {
             magic: 0,
             commit_deadline_ns: 0,
-            page: 0,
-            page_len: 0,
             status: ATTACH_FAILED,
             npatches: 0,
             patches: [PatchWord::default(); MAX_PATCHES],
@@ -81,8 +75,8 @@ mod tests {
     #[test]
     fn layout_is_pinned_and_padding_free() {
         assert_eq!(size_of::<PatchWord>(), 24);
-        assert_eq!(offset_of!(AttachArgs, status), 32);
-        assert_eq!(offset_of!(AttachArgs, patches), 40);
-        assert_eq!(size_of::<AttachArgs>(), 40 + 24 * MAX_PATCHES + 200);
+        assert_eq!(offset_of!(AttachArgs, status), 16);
+        assert_eq!(offset_of!(AttachArgs, patches), 24);
+        assert_eq!(size_of::<AttachArgs>(), 24 + 24 * MAX_PATCHES + 200);
     }
 }

@@ -178,6 +178,23 @@ pub fn write_code_word(mem: &std::fs::File, addr: u64, old: u64, new: u64) -> io
     Ok(u64::from_le_bytes(b) == new)
 }
 
+/// Writes `new` over another process's code at `addr` through /proc/PID/mem, after checking
+/// it still holds `old` (same length); reads it back.
+pub fn write_code_bytes(mem: &std::fs::File, addr: u64, old: &[u8], new: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt as _;
+    let mut now = vec![0u8; old.len()];
+    mem.read_exact_at(&mut now, addr)?;
+    if now != old || old.len() != new.len() {
+        return Err(io::Error::other("the bytes there changed"));
+    }
+    mem.write_all_at(new, addr)?;
+    mem.read_exact_at(&mut now, addr)?;
+    if now != new {
+        return Err(io::Error::other("the bytes did not stay written"));
+    }
+    Ok(())
+}
+
 /// The effective capability set of this process (bit n = capability n).
 pub fn effective_capabilities() -> u64 {
     // /proc/self/status is the documented, stable view (CapEff as hex).

@@ -12,7 +12,7 @@ use std::{os::unix::fs::OpenOptionsExt as _, time::Duration};
 
 use probe_common::attach::PatchWord;
 
-use super::{InjectError, ptrace, stopped::Stopped};
+use super::{InjectError, cave::Cave, ptrace, stopped::Stopped};
 use crate::{process::target::Target, sys};
 
 /// Bytes of a jump (`E9 rel32`): a thread's instruction pointer strictly inside
@@ -44,8 +44,9 @@ fn jump_at(w: &PatchWord) -> u64 {
     w.addr + u64::from(diff.trailing_zeros() / 8)
 }
 
-/// Writes every word with the process stopped. Returns how many.
-pub fn write_all(pid: u32, words: &[PatchWord]) -> Result<usize, InjectError> {
+/// Writes every word with the process stopped, and puts the cave's bytes back (the blob is
+/// done with it: no thread may be inside it either). Returns how many words.
+pub fn write_all(pid: u32, words: &[PatchWord], cave: &Cave) -> Result<usize, InjectError> {
     let mem = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -54,15 +55,16 @@ pub fn write_all(pid: u32, words: &[PatchWord]) -> Result<usize, InjectError> {
         .map_err(|e| InjectError::Failed(format!("cannot open /proc/{pid}/mem: {e}")))?;
     for attempt in 0..TRIES {
         let stopped = Stopped::all(pid, Duration::from_millis(300))?;
+        let cave_end = cave.addr + cave.original.len() as u64;
         let mid_prologue = stopped.threads.iter().find_map(|&(tid, _)| {
             let rip = ptrace::regs(tid).ok()?.rip;
-            words
-                .iter()
-                .any(|w| {
-                    let at = jump_at(w);
-                    rip > at && rip < at + JMP_LEN
-                })
-                .then_some(tid)
+            let in_prologue = words.iter().any(|w| {
+                let at = jump_at(w);
+                rip > at && rip < at + JMP_LEN
+            });
+            // The thread that ran the blob, on its last instructions.
+            let in_cave = (cave.addr..cave_end).contains(&rip);
+            (in_prologue || in_cave).then_some(tid)
         });
         if mid_prologue.is_some() && attempt + 1 < TRIES {
             drop(stopped);
@@ -95,6 +97,9 @@ pub fn write_all(pid: u32, words: &[PatchWord]) -> Result<usize, InjectError> {
                 }
             }
         }
+        // The cave's own bytes back (best effort: they are never run either way).
+        use std::os::unix::fs::FileExt as _;
+        let _ = mem.write_all_at(&cave.original, cave.addr);
         return Ok(written.len());
     }
     Err(InjectError::Failed(

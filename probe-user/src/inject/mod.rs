@@ -9,18 +9,21 @@
 //! 1. `checks`: a CUDA process (libcuda mapped) of our architecture, not instrumented already
 //!    (our journal, our shim, an injection library from its start), traceable (Yama,
 //!    CAP_SYS_PTRACE, no other tracer), and a shim file only root could have put there;
-//! 2. `blocked`: no thread stuck inside a driver call (snapshots over a second);
-//! 3. `remote`: one idle thread is taken over at its futex wait and runs the blob
-//!    (`blob`), which loads the shim from a memfd and calls its attach entry point on that
-//!    thread; the shim prepares its hooks and lists the code words that turn them on;
+//! 2. `blocked`: no thread stuck inside a driver call (eight snapshots over 1.4 s);
+//! 3. `remote`: one idle thread is taken over at its futex wait and runs the blob (`blob`,
+//!    written into a code cave: `cave`), which maps its own page, loads the shim from a memfd
+//!    and calls its attach entry point on that thread; the shim prepares its hooks and lists
+//!    the code words that turn them on;
 //! 4. `commit`: those words are written with every thread stopped (milliseconds);
 //! 5. the shim's flush thread sees them in place: the journal says recording.
 //!
-//! Killed at any point, wedgeprobe leaves the process running: see `remote` for the one
-//! microseconds-long window, and `cupti-shim/src/attach.rs` for the shim's own deadline.
+//! Killed at any point, wedgeprobe leaves the process running and every thread as it was (see
+//! `remote` for why no step needs wedgeprobe to finish it, `cupti-shim/src/attach.rs` for the
+//! shim's own deadline).
 
 pub mod blob;
 mod blocked;
+mod cave;
 mod checks;
 mod commit;
 mod ptrace;
@@ -128,7 +131,7 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
     let (dlopen, dlsym) = checks::dl_functions(pid)?;
     let lib = LibCuda::resolve(&target.libcuda_host_path).map_err(ProbeError::Other)?;
     let code = TargetCode::new(&target, &lib);
-    if let Some(s) = blocked::stuck_thread(pid, &code, 5, Duration::from_millis(250))? {
+    if let Some(s) = blocked::stuck_thread(pid, &code, 8, Duration::from_millis(200))? {
         return Err(InjectError::Blocked {
             pid,
             tid: s.tid,
@@ -168,12 +171,12 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
             args,
             wait: Duration::from_secs(10),
         }) {
-            Ok(ran) => break (tid, ran),
+            Ok(ran) => break ran,
             Err(InjectError::ThreadBusy { .. }) if attempts < 20 => continue,
             Err(e) => return Err(e),
         }
     };
-    let (tid, ran) = ran;
+    let tid = ran.tid;
     let a = ran.args;
     if ran.handle == 0 || ran.symbol == 0 {
         return Err(InjectError::Failed(format!(
@@ -197,7 +200,7 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
     let n = (a.npatches as usize).min(MAX_PATCHES);
     let words = &a.patches[..n];
     commit::validate(&target, words)?;
-    let hooks = commit::write_all(pid, words)?;
+    let hooks = commit::write_all(pid, words, &ran.cave)?;
     // The shim's flush thread checks every 10–100 ms.
     let journal = probe_common::journal::FILE_PREFIX.to_string()
         + &pid.to_string()

@@ -1,25 +1,26 @@
 //! Taking over one thread of the target, at a system call, to run the injection blob.
 //!
 //! The order of steps is what makes a SIGKILL of wedgeprobe at any point harmless:
-//! 1. the thread is seized and stopped at the entry of its futex wait (the one system call
-//!    chosen for it: callers of futex handle a wait that returns early or is made again);
-//! 2. that call becomes an `mmap` of the injection page — the one window where the thread,
-//!    were wedgeprobe killed right then, would go on with its futex wait "returning" the
-//!    mapping's address (a spurious wake-up to its caller) and with the futex arguments'
-//!    registers holding mmap's. A few microseconds, between two ptrace calls;
-//! 3. the thread, stopped at that mmap's exit, is set to make its futex wait again — killed
-//!    from here to step 5, it does exactly that;
-//! 4. the page is written: the blob, its data, the shim's image;
-//! 5. the thread is pointed at the blob and let go. From here nothing waits for wedgeprobe:
-//!    the blob loads the shim, calls it, restores the thread and makes its futex wait again.
-//!    wedgeprobe only watches the page for `DONE`.
+//! 1. the blob, carrying the thread's registers in its instructions, is written into a code
+//!    cave (`cave`) — killed now, the thread (not yet stopped) never goes there;
+//! 2. the thread is seized and stopped at the entry of the untimed futex wait it was seen in
+//!    — killed now, the kernel lets it make that call;
+//! 3. the call is skipped and the thread pointed at the blob — from here on the blob does
+//!    everything itself, waits (at most 5 s) for wedgeprobe to fill its page, and puts the
+//!    thread back on its futex wait with every register restored, whether wedgeprobe is
+//!    alive or not;
+//! 4. wedgeprobe reads the page's address at the exit of the blob's mmap, lets the thread go,
+//!    fills the page (the shim's image, dlopen/dlsym, the attach arguments), sets READY,
+//!    waits for DONE, reads the answer and sets ACK.
+//! No system call of the thread's is ever replaced: nothing it runs afterwards sees a result
+//! or a register it did not have.
 
 use std::time::{Duration, Instant};
 
 use probe_common::attach::AttachArgs;
 
 use super::{
-    InjectError, blob,
+    InjectError, blob, cave,
     ptrace::{self, Stop},
 };
 use crate::{
@@ -32,7 +33,6 @@ use crate::{
 
 const SYS_FUTEX: u64 = 202;
 const SYS_MMAP: u64 = 9;
-const SYS_MPROTECT: u64 = 10;
 const FUTEX_WAIT: u64 = 0;
 const FUTEX_WAIT_BITSET: u64 = 9;
 /// FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME: bits beside the operation.
@@ -130,6 +130,9 @@ pub struct Ran {
     pub handle: u64,
     pub symbol: u64,
     pub step: u64,
+    /// Where the blob was written (its bytes go back once the thread has left it).
+    pub cave: cave::Cave,
+    pub tid: u32,
 }
 
 /// Where the injection runs: the target's `dlopen` and `dlsym`, the shim's image, and the
@@ -145,10 +148,29 @@ pub struct Plan<'a> {
     pub wait: Duration,
 }
 
+/// A cookie the blob writes at its page's start: the page wedgeprobe fills is the blob's.
+fn cookie() -> u64 {
+    let t = sys::monotonic_ns() ^ u64::from(std::process::id()).rotate_left(32);
+    t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+}
+
 /// Runs the injection on `plan.tid` (see the module doc). `Err(InjectError::ThreadBusy)`:
 /// that thread was not where it was expected (it woke up); it was let go untouched.
 pub fn run(plan: Plan) -> Result<Ran, InjectError> {
     let Plan { pid, tid, .. } = plan;
+    let len = blob::len(plan.image.len() as u64);
+    let cave = cave::find(pid, blob::code_len()).ok_or_else(|| {
+        InjectError::Failed(format!(
+            "no code cave of {} bytes in pid {pid}'s executable mappings to write the \
+             injection into",
+            blob::code_len()
+        ))
+    })?;
+    let mem = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))
+        .map_err(|e| InjectError::Failed(format!("cannot open /proc/{pid}/mem: {e}")))?;
     ptrace::seize(tid).map_err(|e| InjectError::from_ptrace(pid, e))?;
     let pending = match ptrace::stop(tid, Duration::from_millis(500)) {
         Ok(sig) => sig,
@@ -162,19 +184,9 @@ pub fn run(plan: Plan) -> Result<Ran, InjectError> {
         ptrace::release(tid);
         return Err(InjectError::ThreadBusy { tid });
     }
-    let start = Instant::now();
-    loop {
-        match ptrace::wait_stop(tid, Duration::from_millis(500)) {
-            Some(Stop::Syscall) => break,
-            Some(Stop::Signal(sig)) if start.elapsed() < Duration::from_secs(1) => {
-                let _ = ptrace::to_syscall(tid, Some(sig));
-            }
-            Some(Stop::Exited) => return Err(InjectError::ThreadBusy { tid }),
-            _ => {
-                ptrace::release(tid);
-                return Err(InjectError::ThreadBusy { tid });
-            }
-        }
+    if !matches!(wait_syscall(tid), Some(Stop::Syscall)) {
+        ptrace::release(tid);
+        return Err(InjectError::ThreadBusy { tid });
     }
     let r0 = ptrace::regs(tid).map_err(|e| InjectError::from_ptrace(pid, e))?;
     let mut insn = [0u8; 2];
@@ -191,128 +203,103 @@ pub fn run(plan: Plan) -> Result<Ran, InjectError> {
         let _ = ptrace::detach(tid, None);
         return Err(InjectError::ThreadBusy { tid });
     }
-    // From the next step on, a thread resumed by the kernel (wedgeprobe killed) makes its
-    // futex wait again: back on its syscall instruction, the call's number in rax.
-    let mut replay = r0;
-    replay.rip = r0.rip - 2;
-    replay.rax = r0.orig_rax;
-    let len = blob::len(plan.image.len() as u64);
-    let (base, executable) = match remote_mmap(tid, &r0, &replay, len) {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = ptrace::set_regs(tid, replay);
-            let _ = ptrace::detach(tid, None);
-            return Err(e);
-        }
-    };
-    let mut args = plan.args;
-    args.page = base;
-    args.page_len = len;
-    if let Err(e) = write_page(pid, base, &plan, &args, &r0) {
+    let cookie = cookie();
+    let code = blob::patched(len, cookie, blob::resume_words(&r0), r0.rip - 2);
+    if let Err(e) = sys::write_code_bytes(&mem, cave.addr, &cave.original, &code) {
         let _ = ptrace::detach(tid, None);
-        return Err(e);
+        return Err(InjectError::Failed(format!(
+            "cannot write the injection into pid {pid}'s code at {:#x}: {e}",
+            cave.addr
+        )));
     }
-    if !executable && let Err(e) = remote_mprotect(tid, &replay, base) {
-        let _ = ptrace::detach(tid, None);
-        return Err(e);
-    }
-    // Hand over: the blob's entry, its own stack; no system call to restart.
+    // Skip the wait (the blob makes it again at its end) and go to the blob.
     let mut go = r0;
-    go.rip = base;
-    go.rsp = base + blob::STACK_TOP;
-    go.rax = 0;
     go.orig_rax = u64::MAX;
+    go.rax = 0;
+    go.rip = cave.addr;
     ptrace::set_regs(tid, go).map_err(|e| InjectError::from_ptrace(pid, e))?;
-    let _ = ptrace::detach(tid, None);
-    wait_done(pid, base, plan.wait)
-}
-
-/// The syscall at the current stop becomes `mmap` of the page, RWX or else RW (then made RX
-/// after it is written); the thread is left stopped at its exit, set to replay its wait.
-fn remote_mmap(
-    tid: u32,
-    r0: &ptrace::Regs,
-    replay: &ptrace::Regs,
-    len: u64,
-) -> Result<(u64, bool), InjectError> {
-    const PROT_RWX: u64 = 7;
-    const PROT_RW: u64 = 3;
-    const MAP_PRIVATE_ANON: u64 = 0x22;
-    let mut first = true;
-    for prot in [PROT_RWX, PROT_RW] {
-        let mut r = if first { *r0 } else { *replay };
-        r.orig_rax = SYS_MMAP;
-        r.rax = SYS_MMAP;
-        r.rdi = 0;
-        r.rsi = len;
-        r.rdx = prot;
-        r.r10 = MAP_PRIVATE_ANON;
-        r.r8 = u64::MAX;
-        r.r9 = 0;
-        let result = remote_syscall(tid, r, first)?;
-        first = false;
-        ptrace::set_regs(tid, *replay).map_err(|_| InjectError::ThreadBusy { tid })?;
-        if (result as i64) > 0 {
-            return Ok((result, prot == PROT_RWX));
+    // The blob's first call is its mmap: its exit gives the page's address. (Stops on the
+    // way: the skipped wait's exit, the mmap's entry.)
+    let mut page = 0u64;
+    for _ in 0..4 {
+        if ptrace::to_syscall(tid, None).is_err() || wait_syscall(tid) != Some(Stop::Syscall) {
+            break;
+        }
+        match ptrace::regs(tid) {
+            Ok(r) if r.orig_rax == SYS_MMAP && (r.rax as i64) > 0 => {
+                page = r.rax;
+                break;
+            }
+            _ => {}
         }
     }
-    Err(InjectError::Failed(
-        "the target could not map the injection page (mmap refused)".into(),
-    ))
-}
-
-/// Makes the page's first 4 KiB (the blob) read-and-execute.
-fn remote_mprotect(tid: u32, replay: &ptrace::Regs, base: u64) -> Result<(), InjectError> {
-    const PROT_RX: u64 = 5;
-    let mut r = *replay;
-    r.orig_rax = SYS_MPROTECT;
-    r.rax = SYS_MPROTECT;
-    r.rdi = base;
-    r.rsi = 4096;
-    r.rdx = PROT_RX;
-    let result = remote_syscall(tid, r, false)?;
-    ptrace::set_regs(tid, *replay).map_err(|_| InjectError::ThreadBusy { tid })?;
-    if result != 0 {
+    let _ = ptrace::detach(tid, None);
+    if page == 0 {
         return Err(InjectError::Failed(
-            "the target may not execute new code (mprotect PROT_EXEC refused: a W^X policy)".into(),
+            "the blob could not map its page in the target (it put the thread back on its own)"
+                .into(),
         ));
     }
-    Ok(())
+    let ready = wait_until(Duration::from_secs(1), || {
+        read_u64(pid, page + blob::COOKIE) == Some(cookie)
+    });
+    if !ready {
+        return Err(InjectError::Failed(
+            "the blob's page did not show its cookie; nothing was written into it".into(),
+        ));
+    }
+    fill_page(pid, page, &plan, &plan.args)?;
+    put(pid, page + blob::READY, &1u64.to_le_bytes())?;
+    let ran = wait_done(pid, page, plan.wait);
+    // Whatever came back: the blob may now restore the thread and give its page back.
+    let _ = put(pid, page + blob::ACK, &1u64.to_le_bytes());
+    let (args, handle, symbol, step) = ran?;
+    Ok(Ran {
+        args,
+        handle,
+        symbol,
+        step,
+        cave,
+        tid,
+    })
 }
 
-/// Runs one system call on the stopped thread: at an entry stop (`at_entry`) the pending call
-/// is replaced; at an exit stop the thread is sent back to its syscall instruction to make it.
-/// Returns the result (rax); the thread is left at that call's exit stop.
-fn remote_syscall(tid: u32, r: ptrace::Regs, at_entry: bool) -> Result<u64, InjectError> {
-    let busy = || InjectError::ThreadBusy { tid };
-    ptrace::set_regs(tid, r).map_err(|_| busy())?;
-    let steps = if at_entry { 1 } else { 2 };
-    for _ in 0..steps {
-        ptrace::to_syscall(tid, None).map_err(|_| busy())?;
-        match ptrace::wait_stop(tid, Duration::from_millis(500)) {
-            Some(Stop::Syscall) => {}
-            _ => return Err(busy()),
+/// The next stop of a thread sent on with PTRACE_SYSCALL (signals handed on), within 1 s.
+fn wait_syscall(tid: u32) -> Option<Stop> {
+    let start = Instant::now();
+    loop {
+        match ptrace::wait_stop(tid, Duration::from_millis(1000)) {
+            Some(Stop::Signal(sig)) if start.elapsed() < Duration::from_secs(1) => {
+                if ptrace::to_syscall(tid, Some(sig)).is_err() {
+                    return None;
+                }
+            }
+            other => return other,
         }
     }
-    Ok(ptrace::regs(tid).map_err(|_| busy())?.rax)
 }
 
-fn write_page(
-    pid: u32,
-    base: u64,
-    plan: &Plan,
-    args: &AttachArgs,
-    r0: &ptrace::Regs,
-) -> Result<(), InjectError> {
-    let put = |off: u64, bytes: &[u8]| -> Result<(), InjectError> {
-        match sys::write_process_memory(pid, base + off, bytes) {
-            Ok(n) if n == bytes.len() => Ok(()),
-            _ => Err(InjectError::Failed(
-                "cannot write the injection page into the target".into(),
-            )),
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while !f() {
+        if start.elapsed() >= timeout {
+            return false;
         }
-    };
-    put(0, blob::code())?;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+fn put(pid: u32, addr: u64, bytes: &[u8]) -> Result<(), InjectError> {
+    match sys::write_process_memory(pid, addr, bytes) {
+        Ok(n) if n == bytes.len() => Ok(()),
+        _ => Err(InjectError::Failed(
+            "cannot write the injection page in the target".into(),
+        )),
+    }
+}
+
+fn fill_page(pid: u32, page: u64, plan: &Plan, args: &AttachArgs) -> Result<(), InjectError> {
     // SAFETY: AttachArgs is plain old data (repr(C), padding-free: pinned by its test).
     let args_bytes = unsafe {
         std::slice::from_raw_parts(
@@ -320,20 +307,19 @@ fn write_page(
             std::mem::size_of::<AttachArgs>(),
         )
     };
-    put(blob::ARGS, args_bytes)?;
-    let regs: Vec<u8> = blob::resume_words(r0)
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .collect();
-    put(blob::REGS, &regs)?;
-    put(blob::DLOPEN, &plan.dlopen.to_le_bytes())?;
-    put(blob::DLSYM, &plan.dlsym.to_le_bytes())?;
-    put(blob::IMAGE_LEN, &(plan.image.len() as u64).to_le_bytes())?;
-    put(blob::PATH, b"/proc/self/fd/\0")?;
-    put(blob::SYMBOL_NAME, b"wedgeprobe_shim_attach\0")?;
-    put(blob::MEMFD_NAME, b"wedgeprobe-shim\0")?;
+    put(pid, page + blob::ARGS, args_bytes)?;
+    put(pid, page + blob::DLOPEN, &plan.dlopen.to_le_bytes())?;
+    put(pid, page + blob::DLSYM, &plan.dlsym.to_le_bytes())?;
+    put(
+        pid,
+        page + blob::IMAGE_LEN,
+        &(plan.image.len() as u64).to_le_bytes(),
+    )?;
+    put(pid, page + blob::PATH, b"/proc/self/fd/\0")?;
+    put(pid, page + blob::SYMBOL_NAME, b"wedgeprobe_shim_attach\0")?;
+    put(pid, page + blob::MEMFD_NAME, b"wedgeprobe-shim\0")?;
     for (i, chunk) in plan.image.chunks(1 << 20).enumerate() {
-        put(blob::IMAGE + (i as u64) * (1 << 20), chunk)?;
+        put(pid, page + blob::IMAGE + (i as u64) * (1 << 20), chunk)?;
     }
     Ok(())
 }
@@ -344,15 +330,19 @@ fn read_u64(pid: u32, addr: u64) -> Option<u64> {
 }
 
 /// Watches the page for `DONE`, up to `wait`; then reads what the blob and the shim wrote.
-fn wait_done(pid: u32, base: u64, wait: Duration) -> Result<Ran, InjectError> {
+fn wait_done(
+    pid: u32,
+    page: u64,
+    wait: Duration,
+) -> Result<(AttachArgs, u64, u64, u64), InjectError> {
     let start = Instant::now();
-    while read_u64(pid, base + blob::DONE) != Some(1) {
+    while read_u64(pid, page + blob::DONE) != Some(1) {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(InjectError::TargetExited { pid });
         }
         if start.elapsed() >= wait {
             return Err(InjectError::Timeout {
-                step: read_u64(pid, base + blob::STEP).unwrap_or(0),
+                step: read_u64(pid, page + blob::STEP).unwrap_or(0),
                 waited: wait,
             });
         }
@@ -366,17 +356,17 @@ fn wait_done(pid: u32, base: u64, wait: Duration) -> Result<Ran, InjectError> {
             std::mem::size_of::<AttachArgs>(),
         )
     };
-    if sys::read_process_memory(pid, base + blob::ARGS, buf).ok() != Some(buf.len()) {
+    if sys::read_process_memory(pid, page + blob::ARGS, buf).ok() != Some(buf.len()) {
         return Err(InjectError::Failed(
             "cannot read the shim's answer back".into(),
         ));
     }
-    Ok(Ran {
+    Ok((
         args,
-        handle: read_u64(pid, base + blob::HANDLE).unwrap_or(0),
-        symbol: read_u64(pid, base + blob::SYMBOL).unwrap_or(0),
-        step: read_u64(pid, base + blob::STEP).unwrap_or(0),
-    })
+        read_u64(pid, page + blob::HANDLE).unwrap_or(0),
+        read_u64(pid, page + blob::SYMBOL).unwrap_or(0),
+        read_u64(pid, page + blob::STEP).unwrap_or(0),
+    ))
 }
 
 #[cfg(test)]
