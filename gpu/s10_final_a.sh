@@ -9,7 +9,9 @@
 #   bash gpu/s10_final_a.sh OUT      (binaries: $NEW, default .bench/s10)
 set -u
 OUT=${1:?out dir}; mkdir -p "$OUT"
-NEW=${NEW:-$PWD/.bench/s10}; SHIM=$NEW/libcupti_shim.so
+# Binaries in a root-owned directory: `attach` refuses a shim someone else could replace.
+install -d -m 755 /opt/wp-s10 && install -m 755 "${NEW:-$PWD/.bench/s10}"/* /opt/wp-s10/
+export NEW=/opt/wp-s10; SHIM=$NEW/libcupti_shim.so
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 [ -e /sys/kernel/tracing/uprobe_events ] || mount -t tracefs tracefs /sys/kernel/tracing
 echo "=== 1. step_ab, daemon started first"

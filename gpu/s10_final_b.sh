@@ -5,7 +5,9 @@
 #   bash gpu/s10_final_b.sh OUT
 set -u
 OUT=${1:?out dir}; mkdir -p "$OUT"
-export NEW=${NEW:-$PWD/.bench/s10}
+# Binaries in a root-owned directory: `attach` refuses a shim someone else could replace.
+install -d -m 755 /opt/wp-s10 && install -m 755 "${NEW:-$PWD/.bench/s10}"/* /opt/wp-s10/
+export NEW=/opt/wp-s10
 rm -rf /tmp/healthy; mkdir -p /tmp/healthy
 setsid nohup bash -c "NEW=$NEW bash gpu/healthy_serving.sh /tmp/healthy 600 > /tmp/healthy/summary.txt 2>&1; touch /tmp/healthy/done" > /dev/null 2>&1 &
 date +%s > /tmp/healthy/started
