@@ -98,7 +98,8 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
             gap_us: marks::DEFAULT_US,
             period_us: marks::DEFAULT_PERIOD_US,
         },
-        true,
+        // Stream writes, as a shim started with the process (lib.rs `init` says why).
+        false,
     );
     if let Some(m) = marks::get() {
         m.set_attached_late();

@@ -1,4 +1,10 @@
-//! Stream marks recorded as CUDA events: the cheaper of the two mark primitives.
+//! Stream marks recorded as CUDA events: the cheaper of the two mark primitives, opt-in
+//! (`WEDGEPROBE_SHIM_MARK_WITH=event`) since session 10. On the H200 a wedge in a burst of
+//! launches was named as a kernel that had completed: the flush thread's event calls (the
+//! ring's `cuEventCreate`, its queries) waited behind the launcher blocked in the full queue,
+//! and no mark was published from then on, so a flagged launch whose mark had passed looked
+//! stuck. Safe for names once the polling cannot hold publishing back and the reader knows
+//! when event progress is stale; until then, stream writes (read from memory) are the default.
 //!
 //! Why: on the H200 a mark as a stream-ordered write (`cuStreamWriteValue64`) costs the
 //! launching thread 0.6–1.8 µs, an event record 0.14 µs (docs/measured-facts.md, session 8);

@@ -669,8 +669,9 @@ fn the_self_cost_switch_accounts_for_every_launch_and_mark() {
     assert!(marks >= launches / 10, "{line}");
 }
 
-/// Marks are event records by default (the flush thread polls them), stream writes where
-/// events cannot be had: either way the stuck kernel is named exactly, with its grid and the
+/// Marks as event records (opt-in: WEDGEPROBE_SHIM_MARK_WITH=event; the flush thread polls
+/// them), stream writes where events cannot be had: either way the stuck kernel is named
+/// exactly, with its grid and the
 /// full queue behind it. With stream writes refused by the driver, only the event marks can
 /// have named it; with events refused, one line says the marks fell back to stream writes.
 #[test]
@@ -692,6 +693,7 @@ fn event_marks_name_the_stuck_kernel_and_stream_writes_take_over_without_events(
                 ("CUDA_INJECTION64_PATH", &shim),
                 ("SIMCUDA_RELEASE_AFTER_S", "8"),
                 ("WEDGEPROBE_SHIM_DEBUG", "1"),
+                ("WEDGEPROBE_SHIM_MARK_WITH", "event"),
                 (driver_env, "1"),
             ],
             &log,

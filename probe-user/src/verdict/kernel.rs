@@ -237,7 +237,38 @@ pub fn apply_kernels(
             (VerdictKind::KernelWedge, "kernel wedged")
         };
         verdict.kind = kind;
-        verdict.summary = format!("{what}: {}. Host: {host}", describe(h, j));
+        // Several streams of one process stuck: none is singled out. One may only wait behind
+        // another — a stream's work, and its marks, can wait for another stream's (the legacy
+        // default stream and every blocking stream wait for each other; events), and the
+        // journal does not record those dependencies. Seen on the H200 (session 10): a fill
+        // kernel on a side stream, done, could not be proven done behind a stuck graph on the
+        // default stream.
+        let mut same: Vec<&StreamHead> = heads
+            .iter()
+            .filter(|o| {
+                o.pid == h.pid
+                    && o.is_stuck()
+                    && o.judgement
+                        .as_ref()
+                        .is_some_and(|oj| oj.collective == j.collective)
+            })
+            .collect();
+        if same.len() > 1 {
+            same.sort_by_key(|o| o.correlation);
+            let list: Vec<String> = same
+                .iter()
+                .filter_map(|o| Some(describe(o, o.judgement.as_ref()?)))
+                .collect();
+            verdict.summary = format!(
+                "{what} on {} streams of pid {} — one may be waiting behind another (stream \
+                 dependencies are not recorded), in launch order: {}. Host: {host}",
+                same.len(),
+                h.pid,
+                list.join("; ")
+            );
+        } else {
+            verdict.summary = format!("{what}: {}. Host: {host}", describe(h, j));
+        }
         return;
     }
     if verdict.kind != VerdictKind::Healthy
@@ -278,6 +309,43 @@ mod tests {
 
     fn blocked_thread() -> ThreadView {
         ThreadView::for_test("cuStreamSynchronize", 9000.0, 1000.0)
+    }
+
+    /// Two streams of one process with a stuck head (one may only wait behind the other):
+    /// the verdict lists both in launch order, and names neither alone.
+    #[test]
+    fn stuck_heads_on_two_streams_are_listed_not_one_picked() {
+        let mut a = head("fill_kernel", 8_000.0);
+        a.stream = "0xa".into();
+        a.correlation = 10;
+        let mut b = head("spin_on_flag", 7_900.0);
+        b.stream = "0xb".into();
+        b.correlation = 11;
+        b.queued_behind = 1022;
+        let mut heads = vec![a, b];
+        let mut v = Verdict {
+            kind: VerdictKind::LaunchQueueFull,
+            summary: "host".into(),
+        };
+        apply_kernels(
+            &mut v,
+            &[blocked_thread()],
+            &mut heads,
+            &History::default(),
+            &bounds(),
+            &[],
+        );
+        assert_eq!(v.kind, VerdictKind::KernelWedge);
+        assert!(
+            v.summary.starts_with("kernel wedged on 2 streams"),
+            "{}",
+            v.summary
+        );
+        let (fa, fb) = (
+            v.summary.find("fill_kernel"),
+            v.summary.find("spin_on_flag"),
+        );
+        assert!(fa.is_some() && fb.is_some() && fa < fb, "{}", v.summary);
     }
 
     #[test]
