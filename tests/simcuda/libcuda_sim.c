@@ -165,12 +165,27 @@ static unsigned stream_index(CUstream s) {
 
 static uint64_t *stream_slot(CUstream s) { return &streams[stream_index(s)].last_seq; }
 
+/* SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE=1: a launch waiting for room in the full queue holds
+ * a driver lock that cuEventQuery takes too — what the H200 showed (session 10): the shim's
+ * event queries from its flush thread waited behind the launcher blocked in the full queue. */
+static pthread_mutex_t driver_lock = PTHREAD_MUTEX_INITIALIZER;
+static int query_behind_full_queue(void) {
+    static int v = -1;
+    if (v < 0) v = getenv("SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE") != NULL;
+    return v;
+}
+
 /* Queues `it` on stream `s` (its seq assigned here); while the queue is full, spins on
  * sched_yield as the real driver does. */
 static uint64_t push(CUstream s, struct item it) {
+    int holds_driver_lock = 0;
     pthread_mutex_lock(&mu);
     while (count == QUEUE_CAP) {
         pthread_mutex_unlock(&mu);
+        if (query_behind_full_queue() && !holds_driver_lock) {
+            pthread_mutex_lock(&driver_lock);
+            holds_driver_lock = 1;
+        }
         sched_yield();
         pthread_mutex_lock(&mu);
     }
@@ -180,6 +195,7 @@ static uint64_t push(CUstream s, struct item it) {
     *stream_slot(s) = it.seq;
     pthread_cond_signal(&work);
     pthread_mutex_unlock(&mu);
+    if (holds_driver_lock) pthread_mutex_unlock(&driver_lock);
     return it.seq;
 }
 
@@ -400,6 +416,10 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
 }
 EXPORT CUresult cuEventQuery(CUevent e) {
     if (!e) return CUDA_ERROR_INVALID_VALUE;
+    if (query_behind_full_queue()) {
+        pthread_mutex_lock(&driver_lock);
+        pthread_mutex_unlock(&driver_lock);
+    }
     return atomic_load(&completed_seq) >= atomic_load(&((struct sim_event *)e)->seq) ? CUDA_SUCCESS : 600;
 }
 EXPORT CUresult cuEventDestroy_v2(CUevent e) {

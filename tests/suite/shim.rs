@@ -485,6 +485,67 @@ fn the_flush_thread_keeps_publishing_behind_a_full_queue() {
     );
 }
 
+/// Event marks whose queries wait behind the launcher blocked in the full queue (the H200,
+/// session 10; `SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE`): no mark is published after the
+/// queue fills, and a done kernel with an unpublished mark after it was named the stuck one,
+/// exact. Now the journal's stale heartbeat says the marks are not current: the head is
+/// narrowed to every launch not known done, never a wrong name alone, and why is said.
+#[test]
+fn event_marks_held_behind_a_full_queue_never_name_a_done_kernel() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "10", "300"],
+        &[
+            ("CUDA_INJECTION64_PATH", shim.as_str()),
+            ("SIMCUDA_RELEASE_AFTER_S", "10"),
+            ("SIMWORKER_BURST", "3"),
+            ("WEDGEPROBE_SHIM_MARK_WITH", "event"),
+            ("SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE", "1"),
+        ],
+    );
+    // The queue fills within milliseconds of the wedge at 300 ms; 3 s later the flush
+    // thread's last sign of life is well over the 1 s staleness bound.
+    sleep(secs(3.5));
+    let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+    drop(w);
+    let journal = &r["targets"][0]["journal"];
+    assert_eq!(journal["record"], "marks", "{journal}");
+    assert!(
+        journal["heartbeat_age_ms"].as_f64() > Some(1_000.0),
+        "the flush thread is held behind the full queue: {journal}"
+    );
+    assert_eq!(r["verdict"]["kind"], "kernel_wedge", "{}", r["verdict"]);
+    let head = &r["kernels"][0];
+    assert_eq!(head["exact"], false, "{head}");
+    assert!(head["marks_stale_ms"].as_f64() > Some(1_000.0), "{head}");
+    // The window runs from the oldest launch not known done to the newest: the burst, the
+    // stuck kernel and the ~1,000 queued behind it (the first 16 are listed).
+    assert!(
+        head["candidates_total"].as_u64() > Some(900),
+        "candidates to the newest launch: {head}"
+    );
+    assert!(
+        head["kernel"].as_str().unwrap().starts_with("(one of"),
+        "{head}"
+    );
+    let corrs: Vec<u64> = head["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["correlation"].as_u64().unwrap())
+        .collect();
+    assert!(
+        corrs.windows(2).all(|p| p[0] < p[1]),
+        "in launch order: {corrs:?}"
+    );
+    let summary = r["verdict"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("one of") && summary.contains("last published its stream marks"),
+        "{summary}"
+    );
+}
+
 /// The exact mode (a CUPTI record per kernel) names the same kernel alone.
 #[test]
 fn the_exact_mode_names_a_kernel_launched_in_a_burst() {

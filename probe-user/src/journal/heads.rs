@@ -78,6 +78,14 @@ struct StreamQueue {
 /// Candidates listed at most; `candidates_total` says how many there were.
 const MAX_CANDIDATES: usize = 16;
 
+/// Marks are published by the shim's flush thread every 100 ms. When its last sign of life
+/// (the journal's heartbeat) is older than this, it is waiting somewhere — on the H200
+/// (session 10) event-mark queries waited behind a launch blocked in the full queue — and a
+/// mark the GPU passed meanwhile may not be published: "a mark right after the head, not
+/// passed" no longer proves the head is the stuck one. Ten periods: a loaded machine's
+/// scheduling delay is not taken for it.
+pub const MARKS_STALE_MS: f64 = 1_000.0;
+
 impl JournalCursor {
     /// Consumes the ring since the last call; returns every record read (launches,
     /// completions, synchronizes), in ring order.
@@ -265,6 +273,10 @@ impl JournalCursor {
             }
         }
         let marks_mode = self.marks_mode;
+        let heartbeat = view.heartbeat_ns();
+        let marks_stale_ms = (marks_mode && heartbeat > 0)
+            .then(|| now_ns.saturating_sub(heartbeat) as f64 / 1e6)
+            .filter(|&age| age > MARKS_STALE_MS);
         streams
             .into_iter()
             .map(|q| {
@@ -279,9 +291,18 @@ impl JournalCursor {
                     .max(self.last_end.get(&h.stream_id).copied().unwrap_or(0))
                     .max(self.marks.get(&h.stream_id).map_or(0, |m| m.1));
                 let mut kernel = view.name(h.name_id).unwrap_or_else(|| "?".into());
-                // Exact: per-kernel records, or the head has a mark right after it, or nothing
-                // else is unfinished on its stream.
-                let exact = !marks_mode || h.flags & FLAG_MARKED != 0 || n == 1;
+                // Exact: per-kernel records, or the head has a mark right after it (and the
+                // marks are current), or nothing else is unfinished on its stream.
+                let exact = !marks_mode
+                    || (h.flags & FLAG_MARKED != 0 && marks_stale_ms.is_none())
+                    || n == 1;
+                // Stale marks: a later mark may have passed unseen, so the window runs to the
+                // stream's newest launch.
+                let first_marked = if marks_stale_ms.is_some() {
+                    u64::MAX
+                } else {
+                    first_marked
+                };
                 let mut candidates = Vec::new();
                 let mut candidates_total = 0;
                 if !exact {
@@ -347,6 +368,7 @@ impl JournalCursor {
                     exact,
                     candidates,
                     candidates_total,
+                    marks_stale_ms: (!exact).then_some(marks_stale_ms).flatten(),
                     judgement: None,
                 };
                 (head, times)
@@ -678,6 +700,69 @@ mod tests {
         }
         let drops: HashMap<_, _> = view.drops().into_iter().collect();
         assert_eq!(drops["inflight_full"], 0, "retired slots were reused");
+    }
+
+    /// Marks the shim has not published for over `MARKS_STALE_MS` (its flush thread waits —
+    /// the H200's event-mark queries behind a launch blocked in the full queue): a mark right
+    /// after the head no longer names it; every unfinished launch is a candidate, and why is
+    /// said. Fresh marks name it.
+    #[test]
+    fn with_marks_not_published_for_a_second_the_head_is_not_named_alone() {
+        let (mem, w) = journal();
+        let mut words = vec![0u64; L.marks_cap as usize];
+        // SAFETY: marks_cap u64s that outlive the writer's use in this test.
+        unsafe { w.set_mark_words(words.as_mut_ptr()) };
+        w.set_record_mode(probe_common::journal::RECORD_MARKS, 8, 100);
+        let (a, b, stuck) = (w.intern(b"a"), w.intern(b"b"), w.intern(b"stuck"));
+        let slot = w.mark_slot(9 + 1, 0, 9).unwrap();
+        for (corr, name) in [(10, a), (11, stuck), (12, b), (13, b)] {
+            w.launch(&Launch {
+                correlation: corr,
+                name_id: name,
+                launch_ns: corr * 1_000,
+                stream: 9,
+                stream_id: 9,
+                mark: slot + 1,
+                ..Launch::default()
+            });
+            if corr <= 11 {
+                w.set_marked(corr);
+            }
+        }
+        words[slot as usize] = 10;
+        w.publish_marks(50_000);
+        w.heartbeat(50_000);
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        cursor.advance(&view);
+        // 0.9 s after the last sign of life: current.
+        let fresh = cursor.heads(1, &view, 50_000 + 900_000_000);
+        assert!(fresh[0].exact, "{fresh:?}");
+        assert_eq!(fresh[0].kernel, "stuck");
+        assert_eq!(fresh[0].marks_stale_ms, None);
+        // 3 s after: the mark after `stuck` may have passed unseen.
+        let mut cursor = JournalCursor::default();
+        cursor.advance(&view);
+        let stale = cursor.heads(1, &view, 50_000 + 3_000_000_000);
+        assert!(!stale[0].exact, "{stale:?}");
+        let names: Vec<&str> = stale[0]
+            .candidates
+            .iter()
+            .map(|c| c.kernel.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["stuck", "b", "b"],
+            "to the newest launch, in launch order"
+        );
+        assert_eq!(stale[0].marks_stale_ms, Some(3_000.0));
+        // A stream with one unfinished launch is still that launch.
+        words[slot as usize] = 12;
+        w.publish_marks(60_000);
+        let mut cursor = JournalCursor::default();
+        cursor.advance(&view);
+        let one = cursor.heads(1, &view, 50_000 + 3_000_000_000);
+        assert!(one[0].exact && one[0].kernel == "b", "{one:?}");
     }
 
     #[test]

@@ -73,6 +73,12 @@ pub struct StreamHead {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<Candidate>,
     pub candidates_total: usize,
+    /// Marks mode: how long ago the shim last published its marks, when longer than
+    /// `journal::heads::MARKS_STALE_MS` — its flush thread is waiting (inside the driver, or
+    /// the process is stopped), so marks the GPU passed since may not show: the head is not
+    /// named alone and its candidates run to the stream's newest launch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub marks_stale_ms: Option<f64>,
     /// `state` (stuck / suspect / running), `bound_ms`, `collective`: set by the verdict.
     #[serde(flatten)]
     pub judgement: Option<KernelJudgement>,
@@ -162,6 +168,7 @@ impl StreamHead {
             exact: true,
             candidates: Vec::new(),
             candidates_total: 0,
+            marks_stale_ms: None,
             judgement: None,
         }
     }

@@ -120,8 +120,17 @@ pub fn list_candidates(head: &StreamHead) -> String {
 /// One line saying what the longest stuck head is, for the verdict's summary.
 pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
     if !head.exact {
+        let why = match head.marks_stale_ms {
+            Some(age) => format!(
+                "the shim last published its stream marks {} ago (its flush thread is waiting, \
+                 inside the driver or with the process stopped), so which of them completed \
+                 since is not known",
+                fmt_duration(age)
+            ),
+            None => "the shim's stream marks (the default recording) do not tell which".into(),
+        };
         return format!(
-            "one of {} kernels on device {} stream {} has not completed for ~{} (bound {}), {} launches queued behind: in launch order {} — the first of them not completed is stuck; the shim's stream marks (the default recording) do not tell which (WEDGEPROBE_SHIM_RECORD=exact names it, at the price in BENCHMARKS.md)",
+            "one of {} kernels on device {} stream {} has not completed for ~{} (bound {}), {} launches queued behind: in launch order {} — the first of them not completed is stuck; {why} (WEDGEPROBE_SHIM_RECORD=exact names it, at the price in BENCHMARKS.md)",
             head.candidates_total,
             head.device,
             head.stream,
