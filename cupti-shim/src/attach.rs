@@ -131,31 +131,28 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
 /// records; past the deadline without them, the shim steps aside. One load when there is no
 /// attach under way.
 pub fn tick(rec: &recorder::Recorder) {
-    let now = recorder::monotonic_ns();
-    match PHASE.load(Acquire) {
-        WAITING => {
-            let (in_place, all) = launch_hooks::patches_in_place();
-            if in_place == all && all > 0 {
-                rec.writer().set_state(STATE_RECORDING);
-                crate::log_line(
-                    format!("attached by wedgeprobe: recording ({all} entry points hooked)")
-                        .as_bytes(),
-                );
-            } else if now > DEADLINE_NS.load(Relaxed) {
-                launch_hooks::remove();
-                rec.writer().set_state(STATE_OFF);
-                crate::log_line(
-                    format!(
-                        "attach did not complete ({in_place} of {all} hooks in place by its \
-                         deadline); hooks taken back; shim off"
-                    )
-                    .as_bytes(),
-                );
-            } else {
-                return;
-            }
-            PHASE.store(DONE, Release);
-        }
-        _ => {}
+    if PHASE.load(Acquire) != WAITING {
+        return;
     }
+    let now = recorder::monotonic_ns();
+    let (in_place, all) = launch_hooks::patches_in_place();
+    if in_place == all && all > 0 {
+        rec.writer().set_state(STATE_RECORDING);
+        crate::log_line(
+            format!("attached by wedgeprobe: recording ({all} entry points hooked)").as_bytes(),
+        );
+    } else if now > DEADLINE_NS.load(Relaxed) {
+        launch_hooks::remove();
+        rec.writer().set_state(STATE_OFF);
+        crate::log_line(
+            format!(
+                "attach did not complete ({in_place} of {all} hooks in place by its \
+                 deadline); hooks taken back; shim off"
+            )
+            .as_bytes(),
+        );
+    } else {
+        return;
+    }
+    PHASE.store(DONE, Release);
 }

@@ -270,6 +270,36 @@ fn attach_is_refused_on_a_process_blocked_in_a_launch() {
     untraced(w.pid()).unwrap();
 }
 
+/// A process that `wedgeprobe watch` already watches has uprobes (int3) on libcuda's entry
+/// points, where the hooks go: refused before anything is put in (exit 11), the breakpoints
+/// and what to do said in one line.
+#[test]
+fn attach_is_refused_on_a_process_whose_entry_points_carry_uprobes() {
+    require_root!();
+    use std::io::{BufRead as _, BufReader};
+    let w = spawn_guarded(&["loop", "10"], &[]);
+    w.wait_for_cuda();
+    let mut watch = Command::new(wedgeprobe_bin())
+        .args(["watch", "--pid", &w.pid_arg()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start watch");
+    let mut first = String::new();
+    BufReader::new(watch.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("watching pid"), "{first}");
+    let out = wedgeprobe(&["attach", "--pid", &w.pid_arg()]);
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(11), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("carry a breakpoint"), "{err}");
+    assert!(!has_shim(w.pid()));
+    untraced(w.pid()).unwrap();
+}
+
 /// Refusals, each one line with its code: not a CUDA process (4), already started with the
 /// shim (11), without CAP_SYS_PTRACE (5, named), a shim someone else could replace (12).
 #[test]

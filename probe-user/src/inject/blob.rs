@@ -20,6 +20,7 @@
 //!    vector state, unmaps the page, restores every register and jumps back to the thread's
 //!    syscall instruction with the call's number in rax: the futex wait is made again (a wake
 //!    meanwhile changed the futex word, so it returns at once, as futex callers expect).
+//!
 //! Killed before `READY`, wedgeprobe costs the thread 5 s of its idle wait and nothing else;
 //! after it, at most 5 s more (the wait for `ACK`).
 //!
@@ -280,7 +281,7 @@ pub fn patched(page_len: u64, cookie: u64, regs: [u64; 16], rip: u64) -> Vec<u8>
     let put = |code: &mut Vec<u8>, end: usize, v: u64| {
         code[end - 8..end].copy_from_slice(&v.to_le_bytes());
     };
-    // SAFETY (of the label reads below): the labels exist in the blob (global_asm above).
+    // SAFETY: the labels read exist in the blob (global_asm above).
     let (len1, len2, ck, regs_at, rip_at, rsp_at) = unsafe {
         (
             at(&wp_blob_len),

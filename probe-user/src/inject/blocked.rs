@@ -2,8 +2,9 @@
 //! cannot start behind a stuck (or very busy) GPU — the kernel it waits for was launched
 //! before the shim and could not be named — and `report` is the command for that process.
 //!
-//! How: eight snapshots of every thread, taken with the process stopped for each (about a
-//! millisecond), spread over 1.4 s: registers and the top of the stack, scanned as
+//! How: up to eight snapshots of every thread, 200 ms apart, the process stopped for each
+//! (about a millisecond), ending early once no thread is still in the same call (a
+//! launch-bound loop: after the second): registers and the top of the stack, scanned as
 //! `report` scans them (`process::stackscan`). A thread is stuck when every snapshot finds it
 //! inside the same launch, synchronize or copy *with its caller's frames unchanged* — the
 //! bytes from just below the entry point's frame up — which a thread that returns and calls

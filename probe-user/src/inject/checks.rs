@@ -70,6 +70,33 @@ pub fn not_instrumented(target: &Target) -> Result<(), InjectError> {
     Ok(())
 }
 
+/// No breakpoint on a traced entry point: an `int3` there is a uprobe (a running `wedgeprobe
+/// watch`, `report` or daemon puts them on launches and synchronizes) or a debugger's, and
+/// the shim's hooks cannot go in beside it. Found on the H200 (session 10): an attach after
+/// the daemon had started watching the process got as far as the shim, which refused with
+/// "instructions the shim does not move" — said here first, with what to do.
+pub fn no_breakpoints(
+    pid: u32,
+    entries: impl IntoIterator<Item = (u64, &'static str)>,
+) -> Result<(), InjectError> {
+    let on: Vec<&str> = entries
+        .into_iter()
+        .filter(|&(addr, _)| {
+            let mut b = [0u8; 1];
+            matches!(sys::read_process_memory(pid, addr, &mut b), Ok(1)) && b[0] == 0xcc
+        })
+        .map(|(_, name)| name)
+        .collect();
+    if let Some(first) = on.first() {
+        return Err(InjectError::Refused(format!(
+            "pid {pid}: {} of libcuda's entry points ({first}{}) carry a breakpoint — uprobes of              a wedgeprobe watch, report or daemon already watching it, or a debugger; attach              before watching (or set `inject = true` in the daemon), not after",
+            on.len(),
+            if on.len() > 1 { ", …" } else { "" }
+        )));
+    }
+    Ok(())
+}
+
 /// Whether this process may trace `pid`, named when not: Yama's `ptrace_scope`, the
 /// capability, another tracer.
 pub fn traceable(pid: u32) -> Result<(), InjectError> {

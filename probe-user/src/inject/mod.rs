@@ -130,6 +130,12 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
     let image = checks::shim_image(shim)?;
     let (dlopen, dlsym) = checks::dl_functions(pid)?;
     let lib = LibCuda::resolve(&target.libcuda_host_path).map_err(ProbeError::Other)?;
+    checks::no_breakpoints(
+        pid,
+        lib.waits
+            .iter()
+            .filter_map(|ep| Some((target.libcuda_address(ep.file_offset)?, ep.symbol))),
+    )?;
     let code = TargetCode::new(&target, &lib);
     if let Some(s) = blocked::stuck_thread(pid, &code, 8, Duration::from_millis(200))? {
         return Err(InjectError::Blocked {

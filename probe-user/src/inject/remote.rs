@@ -12,6 +12,7 @@
 //! 4. wedgeprobe reads the page's address at the exit of the blob's mmap, lets the thread go,
 //!    fills the page (the shim's image, dlopen/dlsym, the attach arguments), sets READY,
 //!    waits for DONE, reads the answer and sets ACK.
+//!
 //! No system call of the thread's is ever replaced: nothing it runs afterwards sees a result
 //! or a register it did not have.
 
