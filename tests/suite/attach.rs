@@ -60,6 +60,19 @@ fn finish(w: Worker) -> (Option<i32>, String) {
     (status, out)
 }
 
+/// `wedgeprobe attach` on `w`, which must succeed; its stdout.
+fn attach_ok(w: &Worker) -> String {
+    let out = wedgeprobe(&["attach", "--pid", &w.pid_arg()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn spawn_guarded(args: &[&str], env: &[(&str, &str)]) -> Worker {
     let mut all = vec![GUARD];
     all.extend_from_slice(env);
@@ -77,14 +90,7 @@ fn a_wedge_after_the_attach_is_named_with_its_grid_and_queue() {
     );
     w.wait_for_cuda();
     sleep(secs(0.5));
-    let out = wedgeprobe(&["attach", "--pid", &w.pid_arg()]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = attach_ok(&w);
     assert!(text.contains("attached"), "{text}");
     untraced(w.pid()).unwrap();
     // The wedge at 3 s; a report 3 s later.
@@ -217,13 +223,7 @@ fn a_kernel_stuck_before_the_attach_is_never_taken_for_a_later_launch() {
     );
     w.wait_for_cuda();
     sleep(secs(1.0));
-    let out = wedgeprobe(&["attach", "--pid", &w.pid_arg()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    attach_ok(&w);
     sleep(secs(3.0));
     let r = report_json(&[
         "--pid",
@@ -359,13 +359,7 @@ fn an_injected_shim_is_read_by_report_and_released_by_release() {
     let w = spawn_guarded(&["loop", "10"], &[]);
     w.wait_for_cuda();
     sleep(secs(0.3));
-    let out = wedgeprobe(&["attach", "--pid", &w.pid_arg()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    attach_ok(&w);
     let r = report_json(&["--pid", &w.pid_arg(), "--window", "300ms"]);
     let t = &r["targets"][0];
     assert_eq!(r["mode"], "journal+ebpf", "{t}");

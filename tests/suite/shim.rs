@@ -383,6 +383,16 @@ fn watch_leaves_launches_to_the_journal_and_still_sees_a_launch_blocked_after_at
     );
 }
 
+/// A head's candidates' correlation ids, in the order listed.
+fn candidate_correlations(head: &serde_json::Value) -> Vec<u64> {
+    head["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["correlation"].as_u64().unwrap())
+        .collect()
+}
+
 /// A worker with the shim that wedges 300 ms in (released after 8 s), with `extra` in its
 /// environment, and the report taken 1.5 s later (`--kernel-floor 1s`): the worker is
 /// returned so it lives as long as the test.
@@ -438,12 +448,7 @@ fn with_marks_a_kernel_launched_in_a_burst_is_narrowed_to_candidates_never_misna
         wedge >= 1,
         "a prefill of the burst shares its window: {names:?}"
     );
-    let corrs: Vec<u64> = head["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["correlation"].as_u64().unwrap())
-        .collect();
+    let corrs = candidate_correlations(head);
     assert!(corrs.windows(2).all(|p| p[0] < p[1]), "{corrs:?}");
     assert!(
         head["kernel"].as_str().unwrap().starts_with("(one of"),
@@ -529,12 +534,7 @@ fn event_marks_held_behind_a_full_queue_never_name_a_done_kernel() {
         head["kernel"].as_str().unwrap().starts_with("(one of"),
         "{head}"
     );
-    let corrs: Vec<u64> = head["candidates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["correlation"].as_u64().unwrap())
-        .collect();
+    let corrs = candidate_correlations(head);
     assert!(
         corrs.windows(2).all(|p| p[0] < p[1]),
         "in launch order: {corrs:?}"
