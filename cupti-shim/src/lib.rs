@@ -12,8 +12,9 @@
 //! process runs on it. `WEDGEPROBE_SHIM=off` disables the shim.
 //!
 //! How completions are recorded, `WEDGEPROBE_SHIM_RECORD`: `marks` (default; `crate::marks`:
-//! a stream-ordered progress mark every `WEDGEPROBE_SHIM_MARK_EVERY` launches (8) or
-//! `WEDGEPROBE_SHIM_MARK_US` µs (100) — a stream write, or with `WEDGEPROBE_SHIM_MARK_WITH=event`
+//! a stream-ordered progress mark every `WEDGEPROBE_SHIM_MARK_EVERY` launches (16), on both
+//! sides of the first launch after `WEDGEPROBE_SHIM_MARK_US` µs idle (100) and after a
+//! synchronize — a stream write, or with `WEDGEPROBE_SHIM_MARK_WITH=event`
 //! an event record polled by the flush thread (cheaper, not safe for exact names yet: see `init`)
 //! — stuck kernels named exactly or narrowed to the
 //! launches between two marks) or `exact` (a CUPTI record per kernel: always the exact kernel
@@ -104,7 +105,7 @@ fn init() -> Result<(), String> {
                     gap_us,
                     period_us: num(
                         "WEDGEPROBE_SHIM_MARK_PERIOD_US",
-                        marks::DEFAULT_PERIOD_US.max(gap_us),
+                        marks::DEFAULT_PERIOD_US,
                         60_000_000,
                     ),
                 },

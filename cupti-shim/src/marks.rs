@@ -68,18 +68,20 @@ pub const STREAM_PER_THREAD: u64 = 0x2;
 /// `CU_STREAM_LEGACY`: the legacy default stream (as is the null handle).
 pub const STREAM_LEGACY: u64 = 0x1;
 
-/// Defaults. Measured on the H200 (BENCHMARKS.md, session 8): a mark's stream write costs the
-/// launching thread ~1.8 µs (not the 0.8 assumed when these were chosen), and in eager decode
-/// (launches ~17 µs apart) the 100 µs bound fires every ~6 launches: 0.18 marks a launch,
-/// ~1.9% of the step. Sparser marks (32 / 500 µs) cut that 3.6× but lost the exact name of a
-/// kernel launched < 500 µs after two others (the simulated launch shape): kept at 8 / 100 µs
-/// until marks get cheaper (an event record costs ~0.14 µs).
-pub const DEFAULT_EVERY: u32 = 8;
+/// Defaults. Measured on the H200 (BENCHMARKS.md, sessions 8 and 10): a mark's stream write
+/// costs the launching thread ~1.8 µs in eager decode (an event record ~0.8 µs), and eager
+/// decode launches ~17 µs apart. With 8 launches / 100 µs it wrote 0.19 marks a launch, 70%
+/// of them for the 100 µs period alone (session 10's self cost: 45,698 of 65,498) — ~2% of
+/// the step in marks. What keeps the named shapes exact is the gap rule (both sides of the
+/// first launch after `gap_us` idle) and the mark after a synchronize, not the period or the
+/// count: so the period is off and the count bound 16 (a stuck kernel inside a dense run of
+/// launches is narrowed to at most 16 candidates, listed; the exact mode names it).
+pub const DEFAULT_EVERY: u32 = 16;
 pub const DEFAULT_US: u32 = 100;
-/// The period bound, apart from the gap since session 10 (`Cadence`): in eager decode it wrote
-/// 55% of the marks (every ~6 launches, before "every 8"), and both sides of a launch after a
-/// gap, or the "every 8" bound on a burst, are what keep names exact.
-pub const DEFAULT_PERIOD_US: u32 = 100;
+/// The period bound (`WEDGEPROBE_SHIM_MARK_PERIOD_US`; 0: off, the default): a mark after a
+/// launch this many µs after the stream's last mark. Off, a stream's progress still shows
+/// every `every` launches, at each gap and synchronize, and in the flush thread's idle marks.
+pub const DEFAULT_PERIOD_US: u32 = 0;
 
 /// When marks are enqueued (`WEDGEPROBE_SHIM_MARK_EVERY`, `…_MARK_US`, `…_MARK_PERIOD_US`).
 #[derive(Clone, Copy, Debug)]
@@ -88,7 +90,7 @@ pub struct Cadence {
     pub every: u32,
     /// Both sides of the first launch after an idle gap of this many µs.
     pub gap_us: u32,
-    /// After a launch this many µs after the stream's last mark.
+    /// After a launch this many µs after the stream's last mark (0: never).
     pub period_us: u32,
 }
 
@@ -168,7 +170,10 @@ pub fn init(cap: u32, cadence: Cadence, with_events: bool) -> &'static Marks {
     MARKS.get_or_init(|| Marks {
         every: cadence.every.max(1),
         gap_ns: u64::from(cadence.gap_us) * 1_000,
-        period_ns: u64::from(cadence.period_us) * 1_000,
+        period_ns: match cadence.period_us {
+            0 => u64::MAX,
+            us => u64::from(us) * 1_000,
+        },
         streams: (0..cap).map(|_| StreamState::default()).collect(),
         status: AtomicU8::new(0),
         device_words: AtomicU64::new(0),
@@ -346,13 +351,11 @@ impl Marks {
         s.launching.store(true, Relaxed);
         let last = s.last_corr.load(Relaxed);
         let gap = now_ns.saturating_sub(s.last_launch_ns.load(Relaxed));
-        // The first launch after an idle gap gets a window of its own: marks on both sides.
-        // (Wedges often strike the first kernel after a synchronize.) Only when the launch
-        // before the gap is unmarked, so at most two marks per gap of `us`.
-        let after_gap = last != 0 && last > s.last_marked.load(Relaxed) && gap >= self.gap_ns;
-        if after_gap {
-            self.mark(writer, s, (slot, stream), last, (now_ns, Reason::Gap));
-        }
+        // The first launch after an idle gap (a stream's first launch too) gets a window of
+        // its own: a mark after it always — so a stream whose launches come `us` apart or more
+        // is marked after every launch — and one before it where the launch before the gap is
+        // unmarked. (Wedges often strike the first kernel after a synchronize.)
+        let after_gap = gap >= self.gap_ns;
         // The first launch after this thread's synchronize too: the synchronize retired
         // everything before it, so a mark right after it gives it a window of its own — on
         // the H200 the wedge launched ~50 µs after a synchronize (under the 100 µs gap) was
@@ -360,6 +363,12 @@ impl Marks {
         // about this thread's launches in flight around it.
         let after_sync =
             tid != 0 && s.synced_by.load(Relaxed) == tid && s.synced_by.swap(0, Relaxed) == tid;
+        // A gap after this thread's synchronize needs no mark before the launch: the
+        // synchronize retired the launch before the gap (eager decode synchronizes once a
+        // step, at its longest gap: session 10 wrote 2,949 such marks in 348,039 launches).
+        if after_gap && !after_sync && last != 0 && last > s.last_marked.load(Relaxed) {
+            self.mark(writer, s, (slot, stream), last, (now_ns, Reason::Gap));
+        }
         let mark_after = if after_gap {
             Some(Reason::AfterGap)
         } else if after_sync {
