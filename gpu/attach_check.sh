@@ -32,7 +32,7 @@ PY
 }
 for mode in eager graph; do
   echo "=== $mode: started without the shim, attached, wedged 6 s later"
-  python3 gpu/attach_loop.py $mode 6 11 > "$OUT/$mode.out" 2> "$OUT/$mode.err" & P=$!
+  python3 gpu/attach_loop.py $mode 6 15 > "$OUT/$mode.out" 2> "$OUT/$mode.err" & P=$!
   for _ in $(seq 1 180); do grep -q '^ready' "$OUT/$mode.out" && break; sleep 0.5; done
   grep '^ready' "$OUT/$mode.out" || { echo "  not ready"; kill $P; continue; }
   sleep 1

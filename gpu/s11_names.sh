@@ -21,7 +21,7 @@ for _ in $(seq 1 180); do grep -q '^ready' "$OUT/bp.out" && break; sleep 0.5; do
 for _ in $(seq 1 40); do grep -q 'watching pid' "$OUT/bp.watch" && break; sleep 0.25; done
 head -1 "$OUT/bp.watch"
 "$NEW/wedgeprobe" attach --pid $P; echo "  attach under watch: exit $?"
-kill -INT $W; wait $W 2>/dev/null; sleep 0.5
+kill -INT $W; wait $W 2>/dev/null
 "$NEW/wedgeprobe" attach --pid $P; echo "  attach after watch ended: exit $?"
 sleep 12
 "$NEW/wedgeprobe" report --pid $P --kernel-floor 2s 2>&1 | grep -E "^process|shim was put|STUCK|VERDICT|verdict" | head -4 | cut -c1-500

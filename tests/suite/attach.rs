@@ -272,7 +272,7 @@ fn attach_is_refused_on_a_process_blocked_in_a_launch() {
 
 /// A process that `wedgeprobe watch` already watches has uprobes (int3) on libcuda's entry
 /// points, where the hooks go: refused before anything is put in (exit 11), the breakpoints
-/// and what to do said in one line.
+/// and what to do said in one line; once that watch has ended, the attach goes through.
 #[test]
 fn attach_is_refused_on_a_process_whose_entry_points_carry_uprobes() {
     require_root!();
@@ -290,7 +290,9 @@ fn attach_is_refused_on_a_process_whose_entry_points_carry_uprobes() {
         .unwrap();
     assert!(first.contains("watching pid"), "{first}");
     let out = wedgeprobe(&["attach", "--pid", &w.pid_arg()]);
-    let _ = watch.kill();
+    // Ctrl-C, as a user stops it.
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(watch.id() as i32, libc::SIGINT) };
     let _ = watch.wait();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(11), "{err}");
@@ -298,6 +300,10 @@ fn attach_is_refused_on_a_process_whose_entry_points_carry_uprobes() {
     assert!(err.contains("carry a breakpoint"), "{err}");
     assert!(!has_shim(w.pid()));
     untraced(w.pid()).unwrap();
+    // Once the watch has ended its uprobes go (the kernel takes them out seconds later: the
+    // attach waits for that rather than refusing).
+    attach_ok(&w);
+    assert!(has_shim(w.pid()));
 }
 
 /// Refusals, each one line with its code: not a CUDA process (4), already started with the

@@ -79,22 +79,55 @@ pub fn no_breakpoints(
     pid: u32,
     entries: impl IntoIterator<Item = (u64, &'static str)>,
 ) -> Result<(), InjectError> {
-    let on: Vec<&str> = entries
-        .into_iter()
-        .filter(|&(addr, _)| {
-            let mut b = [0u8; 1];
-            matches!(sys::read_process_memory(pid, addr, &mut b), Ok(1)) && b[0] == 0xcc
-        })
-        .map(|(_, name)| name)
-        .collect();
+    let entries: Vec<(u64, &'static str)> = entries.into_iter().collect();
+    let carrying = || -> Vec<&'static str> {
+        entries
+            .iter()
+            .filter(|&&(addr, _)| {
+                let mut b = [0u8; 1];
+                matches!(sys::read_process_memory(pid, addr, &mut b), Ok(1)) && b[0] == 0xcc
+            })
+            .map(|&(_, name)| name)
+            .collect()
+    };
+    let mut on = carrying();
+    // A watch, report or daemon that has just exited leaves its uprobes for a few seconds:
+    // the kernel takes them out after a grace period (here, kernel 6.18: ~4 s after `watch`
+    // ended, `attach` still found every breakpoint). With no other wedgeprobe running they are
+    // going, so wait for them (up to 10 s) rather than refuse.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !on.is_empty() && !other_wedgeprobe_running() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        on = carrying();
+    }
     if let Some(first) = on.first() {
         return Err(InjectError::Refused(format!(
-            "pid {pid}: {} of libcuda's entry points ({first}{}) carry a breakpoint — uprobes of              a wedgeprobe watch, report or daemon already watching it, or a debugger; attach              before watching (or set `inject = true` in the daemon), not after",
+            "pid {pid}: {} of libcuda's entry points ({first}{}) carry a breakpoint — uprobes of \
+             a wedgeprobe watch, report or daemon already watching it, or a debugger; attach \
+             before watching (or set `inject = true` in the daemon), not after",
             on.len(),
             if on.len() > 1 { ", …" } else { "" }
         )));
     }
     Ok(())
+}
+
+/// Whether a wedgeprobe process other than this one is running and not exiting (its
+/// uprobes stay while it runs).
+fn other_wedgeprobe_running() -> bool {
+    let me = std::process::id();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return true;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| p != me)
+        .any(|p| {
+            // One that is exiting has given back its memory already (an empty command line)
+            // and is closing its probes: that is the wait above.
+            fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "wedgeprobe")
+                && fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| !c.is_empty())
+        })
 }
 
 /// Whether this process may trace `pid`, named when not: Yama's `ptrace_scope`, the
