@@ -363,7 +363,10 @@ mod tests {
             .collect();
         h.candidates_total = 4;
         let line = list_candidates(&h);
-        assert!(line.starts_with("[1] decode (grid 1x1x1, block 32x1x1), [2] decode"), "{line}");
+        assert!(
+            line.starts_with("[1] decode (grid 1x1x1, block 32x1x1), [2] decode"),
+            "{line}"
+        );
         assert!(line.ends_with(" (listed: decode ×3, wedge ×1)"), "{line}");
         h.candidates = vec![candidate("a", 1), candidate("b", 2)];
         h.candidates_total = 2;

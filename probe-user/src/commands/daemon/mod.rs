@@ -718,7 +718,9 @@ mod exiting_tests {
     #[test]
     fn a_zombie_or_reaped_child_is_gone_a_live_process_is_not() {
         assert!(!gone_or_exiting(std::process::id()));
-        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
         let pid = child.id();
         // Not reaped yet: a zombie once it has exited.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
