@@ -123,10 +123,9 @@ fn other_wedgeprobe_running() -> bool {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&p| p != me)
         .any(|p| {
-            // One that is exiting has given back its memory already (an empty command line)
-            // and is closing its probes: that is the wait above.
+            // One that is exiting is closing its probes: that is the wait above.
             fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "wedgeprobe")
-                && fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| !c.is_empty())
+                && !crate::process::target::exiting(p)
         })
 }
 

@@ -127,8 +127,6 @@ impl Target {
     }
 }
 
-/// The state letter (R, S, D, Z, …) of a /proc/…/stat file. It follows the last ')': the
-/// comm before it may contain spaces and parentheses.
 /// Largest environment read (a hostile process cannot make us read more).
 const MAX_ENVIRON: usize = 1 << 20;
 
@@ -153,10 +151,23 @@ pub fn environ_expects_shim(env: &[u8]) -> bool {
     injected && !off
 }
 
+/// The state letter (R, S, D, Z, …) of a /proc/…/stat file. It follows the last ')': the
+/// comm before it may contain spaces and parentheses.
 pub fn proc_state(stat_path: &str) -> Option<char> {
     let stat = fs::read_to_string(stat_path).ok()?;
     stat.rsplit_once(')')
         .and_then(|(_, rest)| rest.trim_start().chars().next())
+}
+
+/// Whether `pid` has exited or is exiting: gone, a zombie, or its memory given back already
+/// (an empty command line; kernel threads, the other such case, are never targets). Seen on
+/// the H200 and here (session 11): a process in its exit keeps its /proc entry for seconds
+/// while it closes its files — a wedgeprobe's uprobes among them.
+pub fn exiting(pid: u32) -> bool {
+    matches!(
+        proc_state(&format!("/proc/{pid}/stat")),
+        None | Some('Z' | 'X')
+    ) || fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
 }
 
 /// The journal mapping of `pid`, if it has one now.
@@ -268,5 +279,22 @@ mod tests {
         assert!(is_libcuda("libcuda.so"));
         assert!(!is_libcuda("/usr/local/cuda/lib64/libcudart.so.13"));
         assert!(!is_libcuda("/opt/libcudnn.so.9"));
+    }
+
+    #[test]
+    fn a_zombie_or_reaped_child_is_exiting_a_live_process_is_not() {
+        assert!(!exiting(std::process::id()));
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        // Not reaped yet: a zombie once it has exited.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !exiting(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(exiting(pid), "zombie {pid} not seen as exiting");
+        child.wait().expect("reap");
+        assert!(exiting(pid));
     }
 }

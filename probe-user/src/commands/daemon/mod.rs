@@ -360,7 +360,7 @@ impl Daemon {
                         ),
                     );
                 }
-                Err(_) if gone_or_exiting(pid) => {
+                Err(_) if crate::process::target::exiting(pid) => {
                     // It exited while being attached (H200: a short-lived child that mapped
                     // libcuda; session 11, one still exiting — its /proc entry there, its
                     // root and memory gone — was logged as attach_failed): nothing to report.
@@ -694,41 +694,5 @@ mod tests {
             .map(|s| (s.stream.as_str(), s.oldest_age_seconds, s.in_flight))
             .collect();
         assert_eq!(got, [("0x2", 3.5, 1022), ("0x1", 0.001, 40)]);
-    }
-}
-
-/// Whether `pid` has exited or is exiting: no /proc entry, a zombie, or its memory given back
-/// already (an empty command line; kernel threads, the other such case, map no libcuda).
-fn gone_or_exiting(pid: u32) -> bool {
-    let dir = format!("/proc/{pid}");
-    if !Path::new(&dir).exists() {
-        return true;
-    }
-    let zombie = std::fs::read_to_string(format!("{dir}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
-    });
-    zombie || std::fs::read(format!("{dir}/cmdline")).is_ok_and(|c| c.is_empty())
-}
-
-#[cfg(test)]
-mod exiting_tests {
-    use super::gone_or_exiting;
-
-    #[test]
-    fn a_zombie_or_reaped_child_is_gone_a_live_process_is_not() {
-        assert!(!gone_or_exiting(std::process::id()));
-        let mut child = std::process::Command::new("true")
-            .spawn()
-            .expect("spawn true");
-        let pid = child.id();
-        // Not reaped yet: a zombie once it has exited.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !gone_or_exiting(pid) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert!(gone_or_exiting(pid), "zombie {pid} not seen as exiting");
-        child.wait().expect("reap");
-        assert!(gone_or_exiting(pid));
     }
 }
