@@ -444,6 +444,7 @@ fn before(
     let Some(resolve) = RESOLVE.get() else {
         return false;
     };
+    rec.writer().prefetch_lines(&t.next_lines.get());
     // A launch into a stream being captured does not run: it becomes a graph node. Only
     // asked while some capture is in progress (rare), so a launch normally pays nothing —
     // and for a while after an attach, when captures begun before are not counted.

@@ -119,6 +119,7 @@ pub fn get() -> Option<&'static Recorder> {
 }
 
 impl Recorder {
+    #[inline]
     pub fn writer(&self) -> &Writer {
         &self.writer
     }
@@ -265,7 +266,12 @@ impl Recorder {
             self.api_enter_in(t, launch.api, launch.correlation, launch.launch_ns);
         }
         t.in_launch.set((launch.correlation, launch.name_id));
-        self.writer.launch(&launch);
+        let mut next = t.next_lines.get();
+        self.writer.launch_predicting(&launch, &mut next);
+        if let Some(slot) = self.slot(t) {
+            next.0[4] = self.writer.thread_slot_off(slot);
+        }
+        t.next_lines.set(next);
         t.pending
             .set(pending.map(|d| (launch.correlation, graph, d)));
     }

@@ -11,7 +11,7 @@
 
 use std::cell::Cell;
 
-use crate::{handle_cache::HandleCache, marks::Pending};
+use crate::{handle_cache::HandleCache, journal::Lines, marks::Pending};
 
 /// `ThreadState::slot`: not claimed yet / none left in the journal.
 pub const SLOT_UNCLAIMED: u32 = u32::MAX;
@@ -35,6 +35,9 @@ pub struct ThreadState {
     /// The launch being recorded gave its id to the record of its stream's work from before
     /// `wedgeprobe attach` (`Recorder::pre_attach`).
     pub pre_attach_taken: Cell<bool>,
+    /// The journal lines this thread's next launch will likely write, prefetched at the
+    /// hook's entry (`Writer::prefetch_lines`).
+    pub next_lines: Cell<Lines>,
     /// Launched functions' name ids by handle (tag: the hooks' epoch).
     pub names: HandleCache<256>,
     /// Streams by (handle, per-thread flag) (tag: the hooks' epoch): the stream id + 1 in the
@@ -57,6 +60,7 @@ thread_local! {
             pending: Cell::new(None),
             device: Cell::new((0, 0)),
             pre_attach_taken: Cell::new(false),
+            next_lines: Cell::new(Lines([0; 5])),
             names: HandleCache::new(),
             streams: HandleCache::new(),
             graphs: HandleCache::new(),
