@@ -166,6 +166,11 @@ const FAILED: u8 = 3;
 
 /// Turns marks on for a journal of `cap` streams (at initialisation, off the launch path);
 /// `with_events`: record them as events where possible.
+/// Flags of the marks' stream writes: 0 (the driver's memory fence before the write), or
+/// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER` under the measurement switch `no_barrier`
+/// (`crate::measure`).
+pub static WRITE_FLAGS: AtomicU32 = AtomicU32::new(0);
+
 pub fn init(cap: u32, cadence: Cadence, with_events: bool) -> &'static Marks {
     MARKS.get_or_init(|| Marks {
         every: cadence.every.max(1),
@@ -677,13 +682,13 @@ impl Marks {
             // for at most the launch in between (a race the single-writer design accepts).
             Recorded::Busy => return,
             // SAFETY: a stream the process just launched on, a device address of our pinned
-            // words (slot < marks_cap), no flags: a plain stream-ordered 64-bit write.
+            // words (slot < marks_cap), flags `WRITE_FLAGS`: a stream-ordered 64-bit write.
             _ => unsafe {
                 write(
                     stream as *mut c_void,
                     base + slot as u64 * 8,
                     correlation,
-                    0,
+                    WRITE_FLAGS.load(Relaxed),
                 )
             },
         };

@@ -12,7 +12,10 @@ use crate::{launch_hooks, log_line, recorder, self_cost};
 /// CLOCK_MONOTONIC (the clock read's price); `toggle` lets the process switch recording
 /// (`wedgeprobe_shim_measure_pass`); `self_cost` times the shim's own work and prints it at
 /// exit (`crate::self_cost`), `phases` splits it by phase too (dearer: the timer's own reads
-/// are counted). Comma-separated; one log line when any is on.
+/// are counted); `no_barrier` writes stream marks without the memory fence the driver puts
+/// before a stream write by default (to price that fence on the GPU's side: a mark costs eager
+/// decode about twice its host time, session 12). Comma-separated; one log line when any is
+/// on.
 pub fn switches() {
     let v = std::env::var("WEDGEPROBE_SHIM_MEASURE").unwrap_or_default();
     let mut on = false;
@@ -26,11 +29,12 @@ pub fn switches() {
             }
             "pass" => launch_hooks::MEASURE_PASS.store(true, Relaxed),
             "coarse_clock" => recorder::CLOCK.store(libc::CLOCK_MONOTONIC_COARSE, Relaxed),
+            "no_barrier" => crate::marks::WRITE_FLAGS.store(WRITE_NO_MEMORY_BARRIER, Relaxed),
             "" => continue,
             other => {
                 let line = format!(
                     "WEDGEPROBE_SHIM_MEASURE: `{other}` is not a measurement switch \
-                     (self_cost, phases, pass, coarse_clock, toggle); ignored"
+                     (self_cost, phases, pass, coarse_clock, no_barrier, toggle); ignored"
                 );
                 log_line(line.as_bytes());
                 continue;
@@ -42,6 +46,9 @@ pub fn switches() {
         log_line(b"measurement switch WEDGEPROBE_SHIM_MEASURE: recording altered for a benchmark");
     }
 }
+
+/// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER` (cuda.h).
+const WRITE_NO_MEMORY_BARRIER: u32 = 0x1;
 
 static TOGGLE: AtomicBool = AtomicBool::new(false);
 
