@@ -8,7 +8,9 @@
  *   simworker healthy [run_s]                    short kernels + a sync every 64 launches, and
  *                                                one legitimately long kernel per run
  *   simworker threads [run_s]                    many short-lived launching threads
- *   simworker bench   [launches]                 prints "ns_per_launch N" (CPU time)
+ *   simworker bench   [launches]                 prints "ns_per_launch N" (CPU time);
+ *                                                SIMWORKER_POLLUTE_KB churns the caches between
+ *                                                launches
  *   simworker spin [run_s]                       one kernel (and its synchronize), then spins on the
  *                                                host in wait_for_peers_ready: the boot deadlock
  *   simworker idle-after [run_s]                 healthy for run_s, then three launches back to
@@ -53,6 +55,13 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The stack below a launch call, touched: an interpreter's deep calls between two launches
+ * keep it warm, so SIMWORKER_POLLUTE_KB evicts the heap and globals but not the stack. */
+static __attribute__((noinline)) void warm_stack(void) {
+    volatile char below[16384];
+    for (int i = 0; i < (int)sizeof below; i += 64) below[i] = 0;
 }
 
 /* A rank busy-polling its peers on the host, no kernel launched ("waiting for ranks: 0/1821
@@ -273,12 +282,20 @@ int main(int argc, char **argv) {
         }
     } else if (!strcmp(mode, "bench")) {
         long launches = argc > 2 ? atol(argv[2]) : 200000;
+        /* SIMWORKER_POLLUTE_KB: between launches, write one word in each cache line of that
+         * many KiB, as the Python interpreter between a serving loop's launches churns the
+         * caches (a shim's cost there is mostly its cold lines, not its instructions); the
+         * stack stays warm (warm_stack). */
+        long pollute = getenv("SIMWORKER_POLLUTE_KB") ? atol(getenv("SIMWORKER_POLLUTE_KB")) : 0;
+        volatile char *junk = pollute > 0 ? calloc((size_t)pollute, 1024) : NULL;
         struct timespec a, b;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
         double w0 = now_s();
         for (long i = 0; i < launches; i++) {
             launch(decode);
             if (i % 1000 == 999) cuStreamSynchronize(stream); /* never fill the queue */
+            for (long k = 0; junk && k < pollute * 1024; k += 64) junk[k]++;
+            if (junk) warm_stack();
         }
         cuStreamSynchronize(stream);
         double wall = now_s() - w0;
