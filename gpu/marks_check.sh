@@ -59,9 +59,9 @@ for mode in launch sync lazy burst; do
 done
 case_ burst-exact exact /tmp/mbarrier_wedge burst 9
 case_ launch-exact exact /tmp/mbarrier_wedge launch 9
-case_ graph-capture-marks marks /tmp/graph_wedge capture 9
-case_ graph-capture-exact exact /tmp/graph_wedge capture 9
-case_ graph-explicit-marks marks /tmp/graph_wedge explicit 9
+case_ graph-capture-marks marks /tmp/graph_wedge capture 15
+case_ graph-capture-exact exact /tmp/graph_wedge capture 15
+case_ graph-explicit-marks marks /tmp/graph_wedge explicit 15
 
 echo; echo "=== PyTorch/Triton wedge under wedgeprobe run (marks)"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1 timeout 120 "$WP" run --kernel-floor 2s --no-flight -- python3 gpu/torch_wedge.py 10 3000 > "$OUT/torch.out" 2>&1
