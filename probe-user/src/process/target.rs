@@ -154,20 +154,41 @@ pub fn environ_expects_shim(env: &[u8]) -> bool {
 /// The state letter (R, S, D, Z, …) of a /proc/…/stat file. It follows the last ')': the
 /// comm before it may contain spaces and parentheses.
 pub fn proc_state(stat_path: &str) -> Option<char> {
-    let stat = fs::read_to_string(stat_path).ok()?;
+    stat_state(&fs::read_to_string(stat_path).ok()?)
+}
+
+fn stat_state(stat: &str) -> Option<char> {
     stat.rsplit_once(')')
         .and_then(|(_, rest)| rest.trim_start().chars().next())
 }
 
-/// Whether `pid` has exited or is exiting: gone, a zombie, or its memory given back already
-/// (an empty command line; kernel threads, the other such case, are never targets). Seen on
-/// the H200 and here (session 11): a process in its exit keeps its /proc entry for seconds
-/// while it closes its files — a wedgeprobe's uprobes among them.
+/// The task flags of a /proc/…/stat line (its ninth field, the seventh after the comm).
+fn stat_flags(stat: &str) -> Option<u64> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(6)?
+        .parse()
+        .ok()
+}
+
+/// `PF_EXITING` (include/linux/sched.h): set on a task as its exit begins.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether `pid` has exited or is exiting: gone, a zombie, its leader's exit begun
+/// (`PF_EXITING`), or its memory given back already (an empty command line; kernel threads,
+/// the other such case, are never targets). Seen on the H200 and here (session 11): a process
+/// in its exit keeps its /proc entry for seconds while it closes its files — a wedgeprobe's
+/// uprobes among them. And on the H200 (session 12): a short-lived process whose root was gone
+/// (its leader past `exit_fs`) while its command line was still there (other threads held its
+/// memory) was logged as `attach_failed`; its leader's flags say it is exiting.
 pub fn exiting(pid: u32) -> bool {
-    matches!(
-        proc_state(&format!("/proc/{pid}/stat")),
-        None | Some('Z' | 'X')
-    ) || fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    matches!(stat_state(&stat), None | Some('Z' | 'X'))
+        || stat_flags(&stat).is_some_and(|f| f & PF_EXITING != 0)
+        || fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
 }
 
 /// The journal mapping of `pid`, if it has one now.
@@ -228,6 +249,23 @@ pub fn parse_maps_line(line: &str) -> Option<Mapping> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stat_line_gives_state_and_flags_past_a_comm_with_parentheses() {
+        // A comm may hold spaces and ')': fields are counted from the last ')'.
+        let line = "4242 (py (x) y) R 1 4242 4242 0 -1 4194564 120 0 0 0 5 1 0 0 20 0 3 0";
+        assert_eq!(stat_state(line), Some('R'));
+        assert_eq!(stat_flags(line), Some(4_194_564));
+        assert_ne!(
+            stat_flags(line).unwrap() & PF_EXITING,
+            0,
+            "0x400104 has PF_EXITING"
+        );
+        let live = "7 (python3) S 1 7 7 0 -1 4194560 1 0 0 0";
+        assert_eq!(stat_flags(live).map(|f| f & PF_EXITING), Some(0));
+        assert_eq!(stat_flags("7 (python3) S 1"), None);
+        assert_eq!(stat_state("garbage"), None);
+    }
 
     #[test]
     fn maps_lines_parse_and_garbage_is_skipped() {
