@@ -179,9 +179,10 @@ const PF_EXITING: u64 = 0x4;
 /// (`PF_EXITING`), or its memory given back already (an empty command line; kernel threads,
 /// the other such case, are never targets). Seen on the H200 and here (session 11): a process
 /// in its exit keeps its /proc entry for seconds while it closes its files — a wedgeprobe's
-/// uprobes among them. And on the H200 (session 12): a short-lived process whose root was gone
-/// (its leader past `exit_fs`) while its command line was still there (other threads held its
-/// memory) was logged as `attach_failed`; its leader's flags say it is exiting.
+/// uprobes among them. And on the H200 (session 12): a short-lived process whose root was
+/// already gone was logged as `attach_failed` — likely its leader past `exit_fs` while other
+/// threads still held its memory (so its command line was there); its leader's flags then say
+/// it is exiting. (Not reproduced here.)
 pub fn exiting(pid: u32) -> bool {
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return true;
