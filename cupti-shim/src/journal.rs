@@ -85,31 +85,37 @@ pub struct Completion {
     pub graph_node: u64,
 }
 
+/// In C order, what every launch reads first, in the first cache line (`base`, `layout`,
+/// `mode`, `prefetchw`, `done_seen`, `marks_done`: 64 bytes); let the compiler order them
+/// and they spread over three lines, each a cold miss in a serving loop (callgrind's cache
+/// model, BENCHMARKS.md session 12).
+#[repr(C)]
 pub struct Writer {
     base: NonNull<u8>,
     layout: Layout,
-    /// Launches whose completion record CUPTI handed back unfinished (a forced flush): it will
-    /// never come again, so their slots are freed by the next synchronize that covers them.
-    orphans: AtomicU64,
-    /// The GPU-written progress words of the streams' marks (`marks_cap` of them, process
-    /// memory pinned for the device; null until the first mark). A launch reuses an in-flight
-    /// slot whose launch a passed mark has retired: without per-kernel completions nothing
-    /// else frees slots, and a launch-bound loop makes ~100k launches a second.
-    marks_done: core::sync::atomic::AtomicPtr<AtomicU64>,
+    /// `Header::record_mode`, mirrored in process memory: a launch asks it three times, and
+    /// the header's line is shared with words the reader writes (`control`, the lease).
+    mode: AtomicU32,
+    /// The CPU has PREFETCHW (`prefetch_for_write`).
+    prefetchw: bool,
     /// The highest progress value seen per mark word, in ordinary process memory: whether a
     /// slot's old launch is retired is usually answered here. The pinned word itself is
     /// written by the GPU over PCIe, so reading it after each mark is a cache miss. Marks
     /// recorded as events (`crate::event_ring`) report their progress here directly.
     done_seen: Box<[AtomicU64]>,
+    /// The GPU-written progress words of the streams' marks (`marks_cap` of them, process
+    /// memory pinned for the device; null until the first mark). A launch reuses an in-flight
+    /// slot whose launch a passed mark has retired: without per-kernel completions nothing
+    /// else frees slots, and a launch-bound loop makes ~100k launches a second.
+    marks_done: core::sync::atomic::AtomicPtr<AtomicU64>,
+    /// Launches whose completion record CUPTI handed back unfinished (a forced flush): it will
+    /// never come again, so their slots are freed by the next synchronize that covers them.
+    orphans: AtomicU64,
     /// Which mark slots are claimed (one bit each): the flush thread's walks over the streams
     /// (publishing, polling events) visit those, not all `marks_cap`.
     marks_claimed: Box<[AtomicU64]>,
-    /// The CPU has PREFETCHW (`prefetch_for_write`).
-    prefetchw: bool,
-    /// `Header::record_mode`, mirrored in process memory: a launch asks it three times, and
-    /// the header's line is shared with words the reader writes (`control`, the lease).
-    mode: AtomicU32,
 }
+const _: () = assert!(offset_of!(Writer, marks_done) + 8 <= 64);
 
 // SAFETY: every access through `base` is atomic; the memory outlives the writer (contract of
 // `Writer::create`).

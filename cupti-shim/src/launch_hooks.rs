@@ -18,7 +18,9 @@ use std::{
     ffi::{CStr, c_char, c_void},
     sync::{
         OnceLock,
-        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+        atomic::{
+            AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+        },
     },
 };
 
@@ -31,14 +33,100 @@ use crate::{
     thread_state::{self, ThreadState},
 };
 
-/// The hooks are in place and record launches.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// Launches pass through unrecorded: CUPTI's callbacks record them now (a per-kernel lease),
-/// or the shim stopped (released, process exiting).
-static PASS: AtomicBool = AtomicBool::new(false);
-/// Bumped when handles may be reused (a module unloaded, a stream, graph or context
-/// destroyed): the per-thread caches below drop what they hold.
-static EPOCH: AtomicU64 = AtomicU64::new(1);
+/// Everything of the hooks' own a hooked launch reads, in two cache lines of their own.
+/// Scattered statics were ~16 of the ~38 cold lines a launch took in callgrind's cache model
+/// of a serving loop (BENCHMARKS.md, session 12): several of them reached through the GOT
+/// first, two lines for one flag.
+#[repr(C, align(64))]
+struct Hot {
+    /// The hooks are in place and record launches.
+    active: AtomicBool,
+    /// Launches pass through unrecorded: CUPTI's callbacks record them now (a per-kernel
+    /// lease), or the shim stopped (released, process exiting).
+    pass: AtomicBool,
+    /// Measurement switch `pass` (`crate::measure`).
+    measure_pass: AtomicBool,
+    /// `crate::self_cost::on()`, mirrored.
+    self_cost: AtomicBool,
+    /// `probe_common::api` ids of the entries (27 ids today).
+    api: [AtomicU8; 8],
+    /// `recorder::CLOCK`, mirrored.
+    clock: AtomicI32,
+    /// The driver's `cuCtxGetCurrent` (0: none), asked by every launch.
+    ctx_get_current: AtomicUsize,
+    /// Bumped when handles may be reused (a module unloaded, a stream, graph or context
+    /// destroyed): the per-thread caches drop what they hold.
+    epoch: AtomicU64,
+    /// Until then (CLOCK_MONOTONIC ns; 0 = never) every launch asks whether its stream is
+    /// being captured (`crate::attach`).
+    check_captures_until: AtomicU64,
+    /// `recorder::get()`, `RESOLVE`, `marks::get()`, cached (null: not yet).
+    recorder: AtomicPtr<recorder::Recorder>,
+    resolve: AtomicPtr<Resolve>,
+    marks: AtomicPtr<crate::marks::Marks>,
+    /// The originals, reached through their trampolines (the second line).
+    original: [AtomicUsize; 8],
+}
+
+static HOT: Hot = Hot {
+    active: AtomicBool::new(false),
+    pass: AtomicBool::new(false),
+    measure_pass: AtomicBool::new(false),
+    self_cost: AtomicBool::new(false),
+    api: [const { AtomicU8::new(0) }; 8],
+    clock: AtomicI32::new(libc::CLOCK_MONOTONIC),
+    ctx_get_current: AtomicUsize::new(0),
+    epoch: AtomicU64::new(1),
+    check_captures_until: AtomicU64::new(0),
+    recorder: AtomicPtr::new(std::ptr::null_mut()),
+    resolve: AtomicPtr::new(std::ptr::null_mut()),
+    marks: AtomicPtr::new(std::ptr::null_mut()),
+    original: [const { AtomicUsize::new(0) }; 8],
+};
+const _: () = assert!(std::mem::size_of::<Hot>() == 128);
+
+/// The recorder, through `HOT` (one load of a line the launch reads anyway).
+#[inline(always)]
+fn hot_recorder() -> Option<&'static recorder::Recorder> {
+    let p = HOT.recorder.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: set below from a `&'static Recorder`.
+        return Some(unsafe { &*p });
+    }
+    let r = recorder::get()?;
+    HOT.recorder.store(
+        (r as *const recorder::Recorder).cast_mut(),
+        Ordering::Release,
+    );
+    Some(r)
+}
+
+/// The marks, through `HOT`.
+#[inline(always)]
+pub(crate) fn hot_marks() -> Option<&'static crate::marks::Marks> {
+    let p = HOT.marks.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: set below from a `&'static Marks`.
+        return Some(unsafe { &*p });
+    }
+    let m = crate::marks::get()?;
+    HOT.marks.store(
+        (m as *const crate::marks::Marks).cast_mut(),
+        Ordering::Release,
+    );
+    Some(m)
+}
+
+/// The clock `recorder::monotonic_ns` reads changed (`crate::measure`'s `coarse_clock`).
+pub fn clock_changed() {
+    HOT.clock
+        .store(recorder::CLOCK.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// `crate::self_cost` was switched on: hooked launches time themselves.
+pub fn self_cost_on() {
+    HOT.self_cost.store(true, Ordering::Relaxed);
+}
 
 /// Coverage check (`WEDGEPROBE_SHIM_VERIFY_HOOKS=1`, a validation switch): CUPTI's launch
 /// callbacks stay on beside the hooks and count every launch CUPTI saw, and those that did
@@ -78,7 +166,6 @@ pub struct Resolve {
     pub context: fn(usize),
 }
 
-static RESOLVE: OnceLock<Resolve> = OnceLock::new();
 /// The patches applied, for `remove`.
 static PATCHES: OnceLock<Vec<code_patch::Patch>> = OnceLock::new();
 
@@ -104,11 +191,6 @@ const ENTRIES: [(Entry, &CStr); 8] = [
     (Entry::Graph, c"cuGraphLaunch"),
     (Entry::GraphPtsz, c"cuGraphLaunch_ptsz"),
 ];
-
-/// The originals, reached through their trampolines.
-static ORIGINAL: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
-/// `probe_common::api` ids of the entries.
-static API: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 
 type LaunchFn = unsafe extern "C" fn(
     *mut c_void,
@@ -144,15 +226,18 @@ type CooperativeFn = unsafe extern "C" fn(
 type GraphFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
 
 /// Whether the hooks record launches now (CUPTI's launch callbacks are then off).
+#[inline(always)]
 pub fn recording() -> bool {
-    ACTIVE.load(Ordering::Relaxed)
-        && !PASS.load(Ordering::Relaxed)
-        && !MEASURE_PASS.load(Ordering::Relaxed)
+    HOT.active.load(Ordering::Relaxed)
+        && !HOT.pass.load(Ordering::Relaxed)
+        && !HOT.measure_pass.load(Ordering::Relaxed)
 }
 
 /// Measurement switch `WEDGEPROBE_SHIM_MEASURE=pass` (`crate::measure`): the hooks stay in
 /// place and pass every launch through unrecorded, to price the detour alone.
-pub static MEASURE_PASS: AtomicBool = AtomicBool::new(false);
+pub fn measure_pass(on: bool) {
+    HOT.measure_pass.store(on, Ordering::Relaxed);
+}
 
 static TRIED: AtomicBool = AtomicBool::new(false);
 
@@ -163,18 +248,18 @@ pub fn tried() -> bool {
 
 /// Whether the hooks are installed (journal correlation ids are then the recorder's own).
 pub fn active() -> bool {
-    ACTIVE.load(Ordering::Relaxed)
+    HOT.active.load(Ordering::Relaxed)
 }
 
 /// Launches pass through (`true`: CUPTI's callbacks record them, or nothing does once the shim
 /// stopped) or are recorded here again.
 pub fn pass_through(on: bool) {
-    PASS.store(on, Ordering::SeqCst);
+    HOT.pass.store(on, Ordering::SeqCst);
 }
 
 /// Handles may be reused from now on: cached names, stream ids and graph ids are dropped.
 pub fn handles_changed() {
-    EPOCH.fetch_add(1, Ordering::AcqRel);
+    HOT.epoch.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Every patch, prepared: trampolines written and sealed, jumps not in place yet.
@@ -219,9 +304,23 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str>
         }
         targets[i] = p;
         let id = api::id_of(name.to_str().unwrap_or_default()).ok_or("unknown entry point")?;
-        API[i].store(id as usize, Ordering::Relaxed);
+        let id = u8::try_from(id).map_err(|_| "entry point id out of range")?;
+        HOT.api[i].store(id, Ordering::Relaxed);
     }
-    let _ = RESOLVE.set(resolve);
+    if HOT.resolve.load(Ordering::Acquire).is_null() {
+        // Leaked: read by every hooked launch until the process ends.
+        HOT.resolve
+            .store(Box::into_raw(Box::new(resolve)), Ordering::Release);
+    }
+    HOT.self_cost
+        .store(crate::self_cost::on(), Ordering::Relaxed);
+    clock_changed();
+    HOT.ctx_get_current.store(
+        crate::driver::driver()
+            .ctx_get_current
+            .map_or(0, |f| f as usize),
+        Ordering::Relaxed,
+    );
     let mut page = code_patch::Page::near(targets[0])?;
     let ours: [usize; 8] = [
         launch as *const () as usize,
@@ -237,7 +336,7 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str>
     let mut launches = Vec::with_capacity(8);
     for i in 0..8 {
         launches.push(page.prepare(targets[i], ours[i])?);
-        ORIGINAL[i].store(launches[i].trampoline, Ordering::Release);
+        HOT.original[i].store(launches[i].trampoline, Ordering::Release);
     }
     let mut calls = Vec::new();
     if with_calls {
@@ -258,7 +357,7 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str>
 /// Patches every launch entry point of the loaded libcuda, or none. At `cuInit`, before any
 /// launch can run. `Err` says why (the caller keeps CUPTI's callbacks and logs it).
 pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
-    if ACTIVE.load(Ordering::Acquire) {
+    if HOT.active.load(Ordering::Acquire) {
         return Ok(());
     }
     TRIED.store(true, Ordering::Release);
@@ -270,7 +369,7 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
             // Entries patched so far stay patched: they pass launches through unrecorded, and
             // CUPTI's callbacks record every launch as before.
             if i > 0 {
-                PASS.store(true, Ordering::SeqCst);
+                HOT.pass.store(true, Ordering::SeqCst);
             }
             return Err(why);
         }
@@ -285,7 +384,7 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
     let mut all = launches;
     all.extend(calls.into_iter().map(|(_, p)| p));
     let _ = PATCHES.set(all);
-    ACTIVE.store(true, Ordering::Release);
+    HOT.active.store(true, Ordering::Release);
     Ok(())
 }
 
@@ -316,7 +415,7 @@ pub fn prepare_for_attach(
     }
     let n = all.len();
     let _ = PATCHES.set(all);
-    ACTIVE.store(true, Ordering::Release);
+    HOT.active.store(true, Ordering::Release);
     Ok(n)
 }
 
@@ -336,7 +435,7 @@ pub fn patches_in_place() -> (usize, usize) {
 /// then traces launches with uprobes on them, and a uprobe on a patched entry would run the
 /// file's instruction and land inside our jump.
 pub fn remove() {
-    PASS.store(true, Ordering::SeqCst);
+    HOT.pass.store(true, Ordering::SeqCst);
     if let Some(patches) = PATCHES.get() {
         // (An attach that never completed has some jumps not in place: only those are undone.)
         for p in patches.iter().filter(|p| p.in_place()) {
@@ -385,21 +484,19 @@ fn graph_launch_name(rec: &recorder::Recorder) -> u32 {
 
 /// Until then (CLOCK_MONOTONIC ns; 0 = never) every launch asks whether its stream is being
 /// captured (`crate::attach`).
-static CHECK_CAPTURES_UNTIL: AtomicU64 = AtomicU64::new(0);
-
 pub fn check_captures_until(ns: u64) {
-    CHECK_CAPTURES_UNTIL.store(ns, Ordering::Relaxed);
+    HOT.check_captures_until.store(ns, Ordering::Relaxed);
 }
 
 fn captures_unknown() -> bool {
-    let until = CHECK_CAPTURES_UNTIL.load(Ordering::Relaxed);
+    let until = HOT.check_captures_until.load(Ordering::Relaxed);
     if until == 0 {
         return false;
     }
     if monotonic_ns() < until {
         return true;
     }
-    CHECK_CAPTURES_UNTIL.store(0, Ordering::Relaxed);
+    HOT.check_captures_until.store(0, Ordering::Relaxed);
     false
 }
 
@@ -414,8 +511,13 @@ fn capturing(stream: *mut c_void) -> bool {
 /// The calling thread's current context (0: none).
 pub(crate) fn current_context() -> usize {
     let mut c: *mut c_void = std::ptr::null_mut();
-    let Some(get) = crate::driver::driver().ctx_get_current else {
-        return 0;
+    let get = match HOT.ctx_get_current.load(Ordering::Relaxed) {
+        0 => match crate::driver::driver().ctx_get_current {
+            Some(get) => get,
+            None => return 0,
+        },
+        // SAFETY: stored from the driver's `ctx_get_current`, of this type.
+        f => unsafe { std::mem::transmute::<usize, crate::driver::CtxGetCurrent>(f) },
     };
     // SAFETY: an out-pointer.
     let r = unsafe { get(&mut c) };
@@ -438,17 +540,20 @@ fn before(
     if !recording() {
         return false;
     }
-    let Some(rec) = recorder::get() else {
+    let Some(rec) = hot_recorder() else {
         return false;
     };
-    let Some(resolve) = RESOLVE.get() else {
+    let resolve = HOT.resolve.load(Ordering::Acquire);
+    if resolve.is_null() {
         return false;
-    };
+    }
+    // SAFETY: set once from a leaked Box, never freed.
+    let resolve = unsafe { &*resolve };
     rec.writer().prefetch_lines(&t.next_lines.get());
     // A launch into a stream being captured does not run: it becomes a graph node. Only
     // asked while some capture is in progress (rare), so a launch normally pays nothing —
     // and for a while after an attach, when captures begun before are not counted.
-    if (crate::marks::get().is_some_and(crate::marks::Marks::capturing) || captures_unknown())
+    if (hot_marks().is_some_and(crate::marks::Marks::capturing) || captures_unknown())
         && capturing(stream)
     {
         return false;
@@ -458,15 +563,15 @@ fn before(
         entry,
         Entry::LaunchPtsz | Entry::LaunchExPtsz | Entry::CooperativePtsz | Entry::GraphPtsz
     ));
-    let mut phases = crate::self_cost::Phases::start();
+    let mut phases = crate::self_cost::Phases::start_if(HOT.self_cost.load(Ordering::Relaxed));
     let correlation = rec.next_correlation();
-    let now = monotonic_ns();
-    let api = API[i].load(Ordering::Relaxed) as u32;
+    let now = recorder::clock(HOT.clock.load(Ordering::Relaxed));
+    let api = u32::from(HOT.api[i].load(Ordering::Relaxed));
     rec.api_enter_in(t, api, correlation, now);
     phases.next(crate::self_cost::Phase::Enter);
     let ctx = current_context();
     (resolve.context)(ctx);
-    let epoch = EPOCH.load(Ordering::Acquire);
+    let epoch = HOT.epoch.load(Ordering::Acquire);
     let device = crate::driver::device_of(t, ctx);
     let handle = crate::marks::stream_handle(stream as u64, per_thread != 0);
     // The stream's id and its journal mark slot, cached together: both are lookups
@@ -519,8 +624,8 @@ fn before(
 #[inline(always)]
 fn after(t: &ThreadState, recorded: bool, result: u32) {
     t.inside.set(false);
-    if recorded && let Some(rec) = recorder::get() {
-        let mut phases = crate::self_cost::Phases::start();
+    if recorded && let Some(rec) = hot_recorder() {
+        let mut phases = crate::self_cost::Phases::start_if(HOT.self_cost.load(Ordering::Relaxed));
         rec.api_exit_in(t, result == 0);
         phases.next(crate::self_cost::Phase::Exit);
     }
@@ -533,7 +638,10 @@ fn after(t: &ThreadState, recorded: bool, result: u32) {
 #[inline(always)]
 fn hooked(before: impl FnOnce(&ThreadState) -> bool, call: impl FnOnce() -> u32) -> u32 {
     thread_state::with(|t| {
-        let t0 = crate::self_cost::on().then(crate::self_cost::tsc);
+        let t0 = HOT
+            .self_cost
+            .load(Ordering::Relaxed)
+            .then(crate::self_cost::tsc);
         let recorded =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| before(t))).unwrap_or(false);
         let t1 = t0.map(|_| crate::self_cost::tsc());
@@ -549,7 +657,7 @@ fn hooked(before: impl FnOnce(&ThreadState) -> bool, call: impl FnOnce() -> u32)
 }
 
 fn original(entry: Entry) -> usize {
-    ORIGINAL[entry as usize].load(Ordering::Acquire)
+    HOT.original[entry as usize].load(Ordering::Acquire)
 }
 
 /// `cuLaunchKernel` and `cuLaunchCooperativeKernel` (the same arguments, less `extra`).

@@ -27,8 +27,11 @@ pub fn switches() {
                 self_cost::enable();
                 self_cost::BY_PHASE.store(true, Relaxed);
             }
-            "pass" => launch_hooks::MEASURE_PASS.store(true, Relaxed),
-            "coarse_clock" => recorder::CLOCK.store(libc::CLOCK_MONOTONIC_COARSE, Relaxed),
+            "pass" => launch_hooks::measure_pass(true),
+            "coarse_clock" => {
+                recorder::CLOCK.store(libc::CLOCK_MONOTONIC_COARSE, Relaxed);
+                launch_hooks::clock_changed();
+            }
             "no_barrier" => crate::marks::WRITE_FLAGS.store(WRITE_NO_MEMORY_BARRIER, Relaxed),
             "" => continue,
             other => {
@@ -64,6 +67,6 @@ pub extern "C" fn wedgeprobe_shim_measure_pass(pass: i32) -> i32 {
     if !TOGGLE.load(Relaxed) {
         return -1;
     }
-    launch_hooks::MEASURE_PASS.store(pass != 0, Relaxed);
+    launch_hooks::measure_pass(pass != 0);
     0
 }

@@ -20,6 +20,9 @@ use crate::{
     thread_state::{self, SLOT_NONE, SLOT_UNCLAIMED, ThreadState},
 };
 
+/// In C order: the writer's hot line first, the id counter (a locked add every launch) right
+/// after it.
+#[repr(C, align(64))]
 pub struct Recorder {
     writer: Writer,
     /// The journal's correlation ids while the launch hooks record (`crate::launch_hooks`):
@@ -62,7 +65,7 @@ pub static CLOCK: std::sync::atomic::AtomicI32 =
     std::sync::atomic::AtomicI32::new(libc::CLOCK_MONOTONIC);
 
 #[inline]
-fn clock(id: libc::clockid_t) -> u64 {
+pub(crate) fn clock(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -189,7 +192,7 @@ impl Recorder {
     /// `api_exit` with the calling thread's state in hand.
     pub fn api_exit_in(&self, t: &ThreadState, ok: bool) {
         if let Some((correlation, graph, pending)) = t.pending.take()
-            && let Some(m) = marks::get()
+            && let Some(m) = crate::launch_hooks::hot_marks()
         {
             if graph {
                 m.after_graph_launch(&self.writer, pending, correlation, ok);
@@ -289,6 +292,7 @@ impl Recorder {
     /// In marks mode: the stream's mark slot (into `launch.mark`), a mark before the launch
     /// after an idle gap, and whether to mark after it. `ctx`: the launch's context (the first
     /// one named is where the flush thread allocates the marks' memory).
+    #[inline]
     fn mark_decision(
         &self,
         launch: &mut Launch,
@@ -298,7 +302,7 @@ impl Recorder {
         if self.writer.record_mode() != RECORD_MARKS {
             return None;
         }
-        let m = marks::get()?;
+        let m = crate::launch_hooks::hot_marks()?;
         let slot = match cached_slot {
             Some(s) => s,
             None => self.mark_slot_of(launch.stream_id, launch.device, launch.stream)?,
@@ -441,7 +445,12 @@ impl Recorder {
     pub fn synced(&self, correlation: u64, stream: u64) {
         self.writer.synced(correlation, stream, monotonic_ns());
         if let Some(m) = marks::get() {
-            m.synced(stream, correlation, thread_state::with(ThreadState::tid));
+            m.synced(
+                &self.writer,
+                stream,
+                correlation,
+                thread_state::with(ThreadState::tid),
+            );
         }
     }
 

@@ -76,6 +76,13 @@ impl Phases {
         Self(if BY_PHASE.load(Relaxed) { tsc() } else { 0 })
     }
 
+    /// `start` where `on` (the caller's copy of `on()`) says timing is on at all: otherwise
+    /// not even `BY_PHASE` is read (a cache line of its own on a launch's path).
+    #[inline]
+    pub fn start_if(on: bool) -> Self {
+        if on { Self::start() } else { Self(0) }
+    }
+
     #[inline]
     pub fn next(&mut self, phase: Phase) {
         if self.0 != 0 {
@@ -118,6 +125,7 @@ pub fn enable() {
     START_TSC.store(tsc(), Relaxed);
     START_NS.store(crate::recorder::monotonic_ns(), Relaxed);
     ON.store(true, Relaxed);
+    crate::launch_hooks::self_cost_on();
 }
 
 /// One hooked launch: `ticks` spent in the shim around the driver's call (marks included).
