@@ -203,7 +203,7 @@ pub fn attach() -> Result<(), String> {
             crate::launch_hooks::Resolve {
                 stream_id: stream_id_of,
                 graph_id: graph_id_of,
-                context: |_| {},
+                context: None,
             },
             false,
         )
@@ -364,7 +364,7 @@ pub fn hook_resolve() -> crate::launch_hooks::Resolve {
     crate::launch_hooks::Resolve {
         stream_id: driver_stream_id,
         graph_id: |exec| crate::call_hooks::exec_id(exec),
-        context: |_| {},
+        context: None,
     }
 }
 

@@ -380,6 +380,7 @@ impl Writer {
 
     /// `launch`, saying in `next` which lines the thread's next launch will likely write (its
     /// thread slot `thread_slot`, when known, is kept): for `prefetch_lines`.
+    #[inline]
     pub fn launch_predicting(&self, l: &Launch, next: &mut Lines) -> bool {
         let index = self.ring_push(&RingRecord {
             kind: RECORD_LAUNCH,

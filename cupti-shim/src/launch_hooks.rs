@@ -162,8 +162,9 @@ pub struct Resolve {
     /// An executable graph → its id in the journal's graph table (0: unknown).
     pub graph_id: fn(usize) -> u32,
     /// Called with each launch's context before it is recorded (the simulated driver has no
-    /// context-created callback; CUPTI's backend learns contexts from CUPTI).
-    pub context: fn(usize),
+    /// context-created callback). None for CUPTI's backend, which learns contexts from CUPTI:
+    /// a call through a pointer that did nothing still cost every launch a cold line.
+    pub context: Option<fn(usize)>,
 }
 
 /// The patches applied, for `remove`.
@@ -570,7 +571,9 @@ fn before(
     rec.api_enter_in(t, api, correlation, now);
     phases.next(crate::self_cost::Phase::Enter);
     let ctx = current_context();
-    (resolve.context)(ctx);
+    if let Some(context) = resolve.context {
+        context(ctx);
+    }
     let epoch = HOT.epoch.load(Ordering::Acquire);
     let device = crate::driver::device_of(t, ctx);
     let handle = crate::marks::stream_handle(stream as u64, per_thread != 0);

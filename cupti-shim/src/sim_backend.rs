@@ -91,7 +91,7 @@ pub fn attach() -> bool {
             crate::launch_hooks::Resolve {
                 stream_id: sim_stream_id,
                 graph_id: |_| 0,
-                context: |_| sim_context(),
+                context: Some(|_| sim_context()),
             },
             true,
         )
