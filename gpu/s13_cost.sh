@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Issue 12, prepared in session 12 for the next device time: the hot-line layout (commit
-# a69da8f, "hot") against the prefetch build the H200 measured in session 12 ("pf", commit
+# Issue 12, prepared in session 12 for the next device time: the hot-line layout (commits
+# a69da8f and 5ac8b49, "hot") against the prefetch build the H200 measured in session 12 ("pf", commit
 # 192b44c), shim + daemon, recording on/off pairs inside each process (gpu/step_ab.py), the
 # builds alternating process by process so drift between minutes cancels; then each build
 # with marks off (the recording's own share) and the shim's self cost of each.
-#   bash gpu/s13_cost.sh OUT      (binaries: $NEW, default .bench/s13/{pf,hot}, .bench/s13/wedgeprobe)
+#   bash gpu/s13_cost.sh OUT      (binaries: $NEW, default .bench/s13/{pf,hot}, .bench/s13/wedgeprobe; rebuild
+#   them from those commits if .bench is gone: strip the release libcupti_shim.so of each)
 set -u
 OUT=${1:?out dir}; mkdir -p "$OUT"
 SRC=${NEW:-$PWD/.bench/s13}
