@@ -65,10 +65,14 @@ fn has_prefetchw() -> bool {
     false
 }
 
-/// Journal offsets of the lines the calling thread's next launch will likely write: its ring
-/// record (two lines), its in-flight slot (two), the thread's slot (0: none known).
+/// Journal offsets of what the calling thread's next launch will likely write: its ring
+/// record, its in-flight slot, the thread's slot (0: none known).
 #[derive(Clone, Copy, Default)]
-pub struct Lines(pub [u64; 5]);
+pub struct Lines {
+    pub ring: u64,
+    pub slot: u64,
+    pub thread: u64,
+}
 
 /// A launch as the callback saw it: the in-flight slot's own fields (`seq` is ignored).
 pub use probe_common::journal::InflightSlot as Launch;
@@ -184,7 +188,12 @@ impl Writer {
     #[inline(always)]
     fn prefetch_for_write(&self, off: u64, len: u64) {
         #[cfg(target_arch = "x86_64")]
-        let ats: &[u64] = if len <= 1 { &[0] } else { &[0, 64, len - 1] };
+        let ats: &[u64] = if len > 64 {
+            &[0, 64, len - 1]
+        } else {
+            &[0, len - 1]
+        };
+        #[cfg(target_arch = "x86_64")]
         for &at in ats {
             let p = self.base.as_ptr().wrapping_add((off + at) as usize);
             if self.prefetchw {
@@ -213,9 +222,13 @@ impl Writer {
     /// record) costs a useless prefetch.
     #[inline(always)]
     pub fn prefetch_lines(&self, lines: &Lines) {
-        for &off in &lines.0 {
+        for (off, len) in [
+            (lines.ring, size_of::<RingRecord>()),
+            (lines.slot, size_of::<InflightSlot>()),
+            (lines.thread, size_of::<ThreadSlot>()),
+        ] {
             if off != 0 {
-                self.prefetch_for_write(off, 1);
+                self.prefetch_for_write(off, len as u64);
             }
         }
     }
@@ -322,7 +335,7 @@ impl Writer {
         None
     }
 
-    /// The journal offset of thread slot `slot` (for `Lines`).
+    /// The journal offset of thread slot `slot` (`Lines::thread`).
     pub fn thread_slot_off(&self, slot: u32) -> u64 {
         self.thread_off(wrap(u64::from(slot), self.layout.threads_cap))
     }
@@ -378,8 +391,8 @@ impl Writer {
         self.launch_predicting(l, &mut Lines::default())
     }
 
-    /// `launch`, saying in `next` which lines the thread's next launch will likely write (its
-    /// thread slot `thread_slot`, when known, is kept): for `prefetch_lines`.
+    /// `launch`, saying in `next` where the thread's next launch will likely write its ring
+    /// record and in-flight slot (`next.thread` is left as it is): for `prefetch_lines`.
     #[inline]
     pub fn launch_predicting(&self, l: &Launch, next: &mut Lines) -> bool {
         let index = self.ring_push(&RingRecord {
@@ -397,9 +410,8 @@ impl Writer {
             cluster: cluster16(l.cluster),
             ..RingRecord::default()
         });
-        let ring = self.ring_record_off(index + 1);
-        let slot = self.inflight_off(wrap(l.correlation + 1, self.layout.inflight_cap));
-        next.0[..4].copy_from_slice(&[ring, ring + 64, slot, slot + 64]);
+        next.ring = self.ring_record_off(index + 1);
+        next.slot = self.inflight_off(wrap(l.correlation + 1, self.layout.inflight_cap));
         if l.correlation == 0 {
             return false;
         }
@@ -815,10 +827,8 @@ mod tests {
         let predicted = next;
         assert!(w.launch_predicting(&launch(42, 0), &mut next));
         let head = w.word(offset_of!(Header, ring_head) as u64).load(Relaxed);
-        assert_eq!(predicted.0[0], w.ring_record_off(head - 1), "ring record");
-        assert_eq!(predicted.0[1], predicted.0[0] + 64);
-        assert_eq!(Some(predicted.0[2]), w.find_inflight(42), "in-flight slot");
-        assert_eq!(predicted.0[3], predicted.0[2] + 64);
+        assert_eq!(predicted.ring, w.ring_record_off(head - 1), "ring record");
+        assert_eq!(Some(predicted.slot), w.find_inflight(42), "in-flight slot");
         // Prefetching them (or the header, for an unknown line) is harmless.
         w.prefetch_lines(&next);
         w.prefetch_lines(&Lines::default());

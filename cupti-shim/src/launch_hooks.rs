@@ -46,11 +46,11 @@ struct Hot {
     pass: AtomicBool,
     /// Measurement switch `pass` (`crate::measure`).
     measure_pass: AtomicBool,
-    /// `crate::self_cost::on()`, mirrored.
+    /// `crate::self_cost::on()`, mirrored (`self_cost_on`).
     self_cost: AtomicBool,
     /// `probe_common::api` ids of the entries (27 ids today).
     api: [AtomicU8; 8],
-    /// `recorder::CLOCK`, mirrored.
+    /// The clock every timestamp of the shim reads (`clock_id`).
     clock: AtomicI32,
     /// The driver's `cuCtxGetCurrent` (0: none), asked by every launch.
     ctx_get_current: AtomicUsize,
@@ -85,42 +85,39 @@ static HOT: Hot = Hot {
 };
 const _: () = assert!(std::mem::size_of::<Hot>() == 128);
 
-/// The recorder, through `HOT` (one load of a line the launch reads anyway).
+/// `get()`'s answer, kept in `slot` once there is one: a `OnceLock` that never changes after,
+/// read through `HOT` (a line the launch reads anyway) instead of its own.
+#[inline(always)]
+fn cached<T>(slot: &AtomicPtr<T>, get: fn() -> Option<&'static T>) -> Option<&'static T> {
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: stored below from a `&'static T`.
+        return Some(unsafe { &*p });
+    }
+    let v = get()?;
+    slot.store(std::ptr::from_ref(v).cast_mut(), Ordering::Release);
+    Some(v)
+}
+
 #[inline(always)]
 fn hot_recorder() -> Option<&'static recorder::Recorder> {
-    let p = HOT.recorder.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: set below from a `&'static Recorder`.
-        return Some(unsafe { &*p });
-    }
-    let r = recorder::get()?;
-    HOT.recorder.store(
-        (r as *const recorder::Recorder).cast_mut(),
-        Ordering::Release,
-    );
-    Some(r)
+    cached(&HOT.recorder, recorder::get)
 }
 
-/// The marks, through `HOT`.
 #[inline(always)]
 pub(crate) fn hot_marks() -> Option<&'static crate::marks::Marks> {
-    let p = HOT.marks.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: set below from a `&'static Marks`.
-        return Some(unsafe { &*p });
-    }
-    let m = crate::marks::get()?;
-    HOT.marks.store(
-        (m as *const crate::marks::Marks).cast_mut(),
-        Ordering::Release,
-    );
-    Some(m)
+    cached(&HOT.marks, crate::marks::get)
 }
 
-/// The clock `recorder::monotonic_ns` reads changed (`crate::measure`'s `coarse_clock`).
-pub fn clock_changed() {
-    HOT.clock
-        .store(recorder::CLOCK.load(Ordering::Relaxed), Ordering::Relaxed);
+/// The clock `recorder::monotonic_ns` reads: CLOCK_MONOTONIC, or CLOCK_MONOTONIC_COARSE
+/// under the measurement switch `WEDGEPROBE_SHIM_MEASURE=coarse_clock` (`crate::measure`).
+#[inline(always)]
+pub fn clock_id() -> libc::clockid_t {
+    HOT.clock.load(Ordering::Relaxed)
+}
+
+pub fn set_clock(id: libc::clockid_t) {
+    HOT.clock.store(id, Ordering::Relaxed);
 }
 
 /// `crate::self_cost` was switched on: hooked launches time themselves.
@@ -313,9 +310,6 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str>
         HOT.resolve
             .store(Box::into_raw(Box::new(resolve)), Ordering::Release);
     }
-    HOT.self_cost
-        .store(crate::self_cost::on(), Ordering::Relaxed);
-    clock_changed();
     HOT.ctx_get_current.store(
         crate::driver::driver()
             .ctx_get_current
@@ -566,7 +560,7 @@ fn before(
     ));
     let mut phases = crate::self_cost::Phases::start_if(HOT.self_cost.load(Ordering::Relaxed));
     let correlation = rec.next_correlation();
-    let now = recorder::clock(HOT.clock.load(Ordering::Relaxed));
+    let now = monotonic_ns();
     let api = u32::from(HOT.api[i].load(Ordering::Relaxed));
     rec.api_enter_in(t, api, correlation, now);
     phases.next(crate::self_cost::Phase::Enter);

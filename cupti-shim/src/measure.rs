@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use crate::{launch_hooks, log_line, recorder, self_cost};
+use crate::{launch_hooks, log_line, self_cost};
 
 /// Measurement switches (BENCHMARKS.md, issue 12), not modes: `WEDGEPROBE_SHIM_MEASURE=pass`
 /// leaves the launch hooks in place but recording nothing (the detour's own price);
@@ -28,10 +28,7 @@ pub fn switches() {
                 self_cost::BY_PHASE.store(true, Relaxed);
             }
             "pass" => launch_hooks::measure_pass(true),
-            "coarse_clock" => {
-                recorder::CLOCK.store(libc::CLOCK_MONOTONIC_COARSE, Relaxed);
-                launch_hooks::clock_changed();
-            }
+            "coarse_clock" => launch_hooks::set_clock(libc::CLOCK_MONOTONIC_COARSE),
             "no_barrier" => crate::marks::WRITE_FLAGS.store(WRITE_NO_MEMORY_BARRIER, Relaxed),
             "" => continue,
             other => {

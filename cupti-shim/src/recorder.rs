@@ -54,18 +54,14 @@ fn name_check(name: &[u8]) -> u64 {
     u64::from_le_bytes(w) ^ ((name.len() as u64) << 56)
 }
 
+/// `launch_hooks::clock_id`'s clock: kept in the hooks' hot line, which a launch reads anyway.
 #[inline]
 pub fn monotonic_ns() -> u64 {
-    clock(CLOCK.load(Ordering::Relaxed))
+    clock(crate::launch_hooks::clock_id())
 }
 
-/// The clock `monotonic_ns` reads: CLOCK_MONOTONIC, or CLOCK_MONOTONIC_COARSE under the
-/// measurement switch `WEDGEPROBE_SHIM_MEASURE=coarse_clock` (`crate::measure`).
-pub static CLOCK: std::sync::atomic::AtomicI32 =
-    std::sync::atomic::AtomicI32::new(libc::CLOCK_MONOTONIC);
-
 #[inline]
-pub(crate) fn clock(id: libc::clockid_t) -> u64 {
+fn clock(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -132,7 +128,14 @@ impl Recorder {
             SLOT_UNCLAIMED => {
                 let slot = self.writer.thread_slot(t.tid()).unwrap_or(SLOT_NONE);
                 t.slot.set(slot);
-                (slot != SLOT_NONE).then_some(slot)
+                let claimed = (slot != SLOT_NONE).then_some(slot);
+                if let Some(s) = claimed {
+                    // The slot never moves: its line is prefetched by every launch from now.
+                    let mut lines = t.next_lines.get();
+                    lines.thread = self.writer.thread_slot_off(s);
+                    t.next_lines.set(lines);
+                }
+                claimed
             }
             SLOT_NONE => None,
             v => Some(v),
@@ -271,9 +274,6 @@ impl Recorder {
         t.in_launch.set((launch.correlation, launch.name_id));
         let mut next = t.next_lines.get();
         self.writer.launch_predicting(&launch, &mut next);
-        if let Some(slot) = self.slot(t) {
-            next.0[4] = self.writer.thread_slot_off(slot);
-        }
         t.next_lines.set(next);
         t.pending
             .set(pending.map(|d| (launch.correlation, graph, d)));

@@ -60,7 +60,11 @@ thread_local! {
             pending: Cell::new(None),
             device: Cell::new((0, 0)),
             pre_attach_taken: Cell::new(false),
-            next_lines: Cell::new(Lines([0; 5])),
+            next_lines: Cell::new(Lines {
+                ring: 0,
+                slot: 0,
+                thread: 0,
+            }),
             names: HandleCache::new(),
             streams: HandleCache::new(),
             graphs: HandleCache::new(),
