@@ -4,11 +4,13 @@
 # explicit, exact mode beside, PyTorch/Triton, 4 ranks), then issue 15's attach (eager and
 # graph, gpu/attach_check.sh) and its refusal of a process whose libcuda entry points carry
 # another wedgeprobe's uprobes (exit 11), then the attach once those are gone.
-#   bash gpu/s11_names.sh OUT      (binaries: $NEW, default .bench/s11)
+#   bash gpu/s11_names.sh OUT      (binaries: $NEW, default .bench/s11, installed in $DEST,
+#                                   default /opt/wp-s11; gpu/s12_names.sh runs it on session 12's)
 set -u
 OUT=${1:?out dir}; mkdir -p "$OUT"
-install -d -m 755 /opt/wp-s11 && install -m 755 "${NEW:-$PWD/.bench/s11}"/* /opt/wp-s11/
-export NEW=/opt/wp-s11 PYTHONUNBUFFERED=1
+DEST=${DEST:-/opt/wp-s11}
+install -d -m 755 "$DEST" && install -m 755 "${NEW:-$PWD/.bench/s11}"/* "$DEST"/
+export NEW=$DEST PYTHONUNBUFFERED=1
 [ -e /sys/kernel/tracing/uprobe_events ] || mount -t tracefs tracefs /sys/kernel/tracing
 echo "=== issue 12: the naming shapes"
 WP=$NEW/wedgeprobe timeout 300 bash gpu/marks_check.sh "$OUT/marks" 2>&1 | grep -vE "^\s*$" | cut -c1-600

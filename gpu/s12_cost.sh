@@ -18,31 +18,18 @@ SRC=${NEW:-$PWD/.bench/s12}
 for v in base pf noring; do install -d -m 755 /opt/wp-s12/$v && install -m 755 "$SRC/$v/libcupti_shim.so" /opt/wp-s12/$v/; done
 install -m 755 "$SRC/wedgeprobe" /opt/wp-s12/
 NEW=/opt/wp-s12
-export PYTHONUNBUFFERED=1
-[ -e /sys/kernel/tracing/uprobe_events ] || mount -t tracefs tracefs /sys/kernel/tracing
-printf 'listen = "127.0.0.1:19466"\ndump_dir = "%s/dumps"\nlog_format = "json"\n' "$OUT" > "$OUT/daemon.toml"
-"$NEW/wedgeprobe" daemon --config "$OUT/daemon.toml" 2> "$OUT/daemon.log" & D=$!
-sleep 1
-OFF="WEDGEPROBE_SHIM_MARK_EVERY=1048576 WEDGEPROBE_SHIM_MARK_US=60000000"
-ab() {  # label, build, env…
-  local label=$1 build=$2; shift 2
-  echo "=== $label ($build): $*"
-  env "$@" AB_LABEL=$label CUDA_INJECTION64_PATH=$NEW/$build/libcupti_shim.so WEDGEPROBE_SHIM_MEASURE=toggle \
-    taskset -c 2-9 timeout 120 python3 gpu/step_ab.py 12 150 100 > "$OUT/$label.out" 2> "$OUT/$label.err"
-  echo "  exit $?"; grep -vE "^\s*$" "$OUT/$label.out" | tail -5
-  grep "wedgeprobe shim" "$OUT/$label.err" | grep -v "measurement switch" | head -3
-}
-ab base base X=1
-ab pf pf X=1
-ab base-marks-off base $OFF
-ab pf-marks-off pf $OFF
-ab noring-marks-off noring $OFF
-ab pf-events pf WEDGEPROBE_SHIM_MARK_WITH=event
-ab pf-again pf X=1
-ab base-again base X=1
-kill -INT $D; wait $D 2>/dev/null
-echo "daemon events: $(grep -o '"event":"[a-z_]*"' "$OUT/daemon.log" | sort | uniq -c | tr '\n' ' ')"
-echo "daemon verdicts: $(grep -o '"kind":"[a-z_]*"' "$OUT/daemon.log" | sort | uniq -c | tr '\n' ' ')"
+. gpu/cost_ab.sh
+cost_ab_start "$OUT" "$NEW/wedgeprobe"
+OFF=$COST_AB_OFF
+cost_ab base $NEW/base X=1
+cost_ab pf $NEW/pf X=1
+cost_ab base-marks-off $NEW/base $OFF
+cost_ab pf-marks-off $NEW/pf $OFF
+cost_ab noring-marks-off $NEW/noring $OFF
+cost_ab pf-events $NEW/pf WEDGEPROBE_SHIM_MARK_WITH=event
+cost_ab pf-again $NEW/pf X=1
+cost_ab base-again $NEW/base X=1
+cost_ab_stop
 for b in pf base; do
   echo "=== self_cost, eager decode, $b"
   CUDA_INJECTION64_PATH=$NEW/$b/libcupti_shim.so WEDGEPROBE_SHIM_MEASURE=self_cost \

@@ -1,28 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12 and 15, session 12, on a GPU nothing else uses: the naming shapes with the new mark
-# cadence (gpu/marks_check.sh: launch, synchronize, lazy load, burst, graph capture and
-# explicit, exact mode beside, PyTorch/Triton, 4 ranks), then issue 15's attach (eager and
-# graph, gpu/attach_check.sh) and its refusal of a process whose libcuda entry points carry
-# another wedgeprobe's uprobes (exit 11), then the attach once those are gone.
+# Issue 12 and 15, session 12: gpu/s11_names.sh (the naming shapes, attach, its refusal under
+# watch) on session 12's binaries.
 #   bash gpu/s12_names.sh OUT      (binaries: $NEW, default .bench/s12/names)
-set -u
-OUT=${1:?out dir}; mkdir -p "$OUT"
-install -d -m 755 /opt/wp-s12n && install -m 755 "${NEW:-$PWD/.bench/s12/names}"/* /opt/wp-s12n/
-export NEW=/opt/wp-s12n PYTHONUNBUFFERED=1
-[ -e /sys/kernel/tracing/uprobe_events ] || mount -t tracefs tracefs /sys/kernel/tracing
-echo "=== issue 12: the naming shapes"
-WP=$NEW/wedgeprobe timeout 300 bash gpu/marks_check.sh "$OUT/marks" 2>&1 | grep -vE "^\s*$" | cut -c1-600
-echo "=== issue 15: attach"
-timeout 150 bash gpu/attach_check.sh "$OUT/attach" 2>&1 | cut -c1-600
-echo "=== issue 15: attach refused while watch's uprobes are on libcuda, then attached"
-python3 gpu/attach_loop.py eager 14 19 > "$OUT/bp.out" 2> "$OUT/bp.err" & P=$!
-for _ in $(seq 1 180); do grep -q '^ready' "$OUT/bp.out" && break; sleep 0.5; done
-"$NEW/wedgeprobe" watch --pid $P --duration 30s > "$OUT/bp.watch" 2>&1 & W=$!
-for _ in $(seq 1 40); do grep -q 'watching pid' "$OUT/bp.watch" && break; sleep 0.25; done
-head -1 "$OUT/bp.watch"
-"$NEW/wedgeprobe" attach --pid $P; echo "  attach under watch: exit $?"
-kill -INT $W; wait $W 2>/dev/null
-"$NEW/wedgeprobe" attach --pid $P; echo "  attach after watch ended: exit $?"
-sleep 12
-"$NEW/wedgeprobe" report --pid $P --kernel-floor 2s 2>&1 | grep -E "^process|shim was put|STUCK|VERDICT|verdict" | head -4 | cut -c1-500
-wait $P; echo "  reproducer exit $?"; tail -1 "$OUT/bp.out"
+DEST=/opt/wp-s12n NEW=${NEW:-$PWD/.bench/s12/names} exec bash gpu/s11_names.sh "$@"
