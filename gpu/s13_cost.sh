@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 12, prepared in session 12 for the next device time: the hot-line layout (commits
-# a69da8f and 5ac8b49, "hot") against the prefetch build the H200 measured in session 12 ("pf", commit
+# a69da8f, 5ac8b49, 1d2e01a, "hot") against the prefetch build the H200 measured in session 12 ("pf", commit
 # 192b44c), shim + daemon, recording on/off pairs inside each process (gpu/step_ab.py), the
 # builds alternating process by process so drift between minutes cancels; then each build
 # with marks off (the recording's own share) and the shim's self cost of each.
