@@ -188,7 +188,9 @@ fn a_hundred_attaches_killed_at_random_points_leave_the_target_running_and_corre
             let status = r["targets"][0]["journal"]["status"].as_str().unwrap_or("");
             assert!(
                 status == "recording" || status == "shim_off",
-                "pid {pid}: journal {status}"
+                "pid {pid}: journal {status:?}, report exit {:?}: {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
             );
         }
     }

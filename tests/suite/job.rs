@@ -152,7 +152,9 @@ fn ranks_spinning_on_the_host_with_no_kernel_are_a_host_stall_with_their_stacks(
     assert_eq!(stalls.len(), 2, "{stalls:?}");
     for s in stalls {
         let t = &s["threads"][0];
-        assert!(t["cpu_pct"].as_f64().unwrap() >= 80.0, "{t}");
+        // Wanting a core: on one, or waiting for one (the 2-core CI machine shares them).
+        let wanted = t["cpu_pct"].as_f64().unwrap() + t["waiting_for_cpu_pct"].as_f64().unwrap();
+        assert!(wanted >= 80.0, "{t}");
         assert_spins_in_wait_for_peers(t);
     }
 }

@@ -624,7 +624,7 @@ impl Collector {
                             boot_now.saturating_sub((cpu.start_ticks as f64 / hz * 1e9) as u64)
                         });
                         self.model
-                            .set_cpu(pid, tid, cpu.ticks, alive_ns, sys::monotonic_ns());
+                            .set_cpu(pid, tid, cpu.time, alive_ns, sys::monotonic_ns());
                     }
                 }
             } else {
@@ -710,26 +710,48 @@ fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
 }
 
 struct ThreadCpu {
-    /// utime + stime, in clock ticks.
-    ticks: u64,
+    time: crate::model::CpuTime,
     /// When the thread started, in clock ticks since boot.
     start_ticks: u64,
 }
 
-/// A thread's CPU time and start (/proc/PID/task/TID/stat fields 14, 15 and 22).
+/// A thread's CPU time and start: /proc/PID/task/TID/stat (utime, stime, start: fields 14,
+/// 15 and 22) and, where the kernel has it, schedstat (ns on a core, ns waiting for one).
 fn thread_cpu(pid: u32, tid: u32) -> Option<ThreadCpu> {
     let s = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    parse_thread_cpu(&s)
+    let mut cpu = parse_thread_cpu(&s, sys::clock_ticks_per_s())?;
+    if let Some(t) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| parse_schedstat(&s))
+    {
+        cpu.time = t;
+    }
+    Some(cpu)
 }
 
-fn parse_thread_cpu(stat: &str) -> Option<ThreadCpu> {
+fn parse_thread_cpu(stat: &str, hz: f64) -> Option<ThreadCpu> {
     let rest = stat.rsplit_once(')')?.1;
     // After the comm: state is field 3 at index 0.
     let f: Vec<&str> = rest.split_whitespace().collect();
     let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    let ticks = field(14)? + field(15)?;
     Some(ThreadCpu {
-        ticks: field(14)? + field(15)?,
+        time: crate::model::CpuTime {
+            on_cpu_ns: (ticks as f64 / hz * 1e9) as u64,
+            waiting_ns: 0,
+        },
         start_ticks: field(22)?,
+    })
+}
+
+/// `run_ns wait_ns timeslices` (Documentation/scheduler/sched-stats.rst).
+fn parse_schedstat(s: &str) -> Option<crate::model::CpuTime> {
+    let mut f = s.split_whitespace().map(|w| w.parse::<u64>().ok());
+    let (on_cpu_ns, waiting_ns) = (f.next()??, f.next()??);
+    f.next()??;
+    Some(crate::model::CpuTime {
+        on_cpu_ns,
+        waiting_ns,
     })
 }
 
@@ -793,5 +815,18 @@ mod tests {
     fn short_records_do_not_decode() {
         assert!(read_record::<CallDone>(&[0u8; 10]).is_none());
         assert!(read_record::<EventHeader>(&[0u8; 16]).is_some());
+    }
+
+    #[test]
+    fn cpu_files_parse() {
+        // A comm with a space and a parenthesis: fields count from the last ')'.
+        let stat = "42 (py (x) 1) R 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 777 0";
+        let c = parse_thread_cpu(stat, 100.0).unwrap();
+        assert_eq!(c.time.on_cpu_ns, 3_000_000_000);
+        assert_eq!(c.start_ticks, 777);
+        let t = parse_schedstat("2953718493 1290381812 4711\n").unwrap();
+        assert_eq!((t.on_cpu_ns, t.waiting_ns), (2_953_718_493, 1_290_381_812));
+        assert_eq!(parse_schedstat("12 34"), None);
+        assert_eq!(parse_schedstat("x 1 2"), None);
     }
 }

@@ -90,6 +90,27 @@ impl CurrentCall {
     }
 }
 
+/// A thread's CPU time so far, from /proc.
+///
+/// Why the waiting time: busy means wanting a core, not getting one. On the 2-core CI
+/// machine with one core half taken by another load, one of two spinning ranks got 70-79% of
+/// a core and was not a stall (`cargo xtask test` beside a busy loop, session 13); a rank on
+/// an oversubscribed host or in a CPU-limited container meets the same. The scheduler's
+/// run-queue wait (`/proc/PID/task/TID/schedstat`) is that time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTime {
+    /// On a core (schedstat's run time, or utime + stime where schedstat is not there).
+    pub on_cpu_ns: u64,
+    /// Runnable, waiting for a core (0 where schedstat is not there).
+    pub waiting_ns: u64,
+}
+
+impl CpuTime {
+    pub fn wanted_ns(self) -> u64 {
+        self.on_cpu_ns.saturating_add(self.waiting_ns)
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ThreadState {
     pub name: String,
@@ -105,51 +126,57 @@ pub struct ThreadState {
     pub traced: bool,
     /// CPU use over the last second (100 = one core), from /proc.
     pub cpu_pct: f64,
-    /// Since when it has used ≥ 80% of a core without a break (0: not now).
+    /// Over the same second, the time it was runnable but waited for a core (100 = all of
+    /// it): a spinner on an oversubscribed host wants a core all the time and gets part.
+    pub waiting_pct: f64,
+    /// Since when it has wanted ≥ 80% of a core (on one, or waiting for one) without a
+    /// break (0: not now).
     pub busy_since_ns: u64,
-    /// Read at the first CPU reading: the thread had used ≥ 80% of a core on average since it
-    /// started, at this time — a spin that began before attach (the first rate then dates
+    /// Read at the first CPU reading: the thread had wanted ≥ 80% of a core on average since
+    /// it started, at this time — a spin that began before attach (the first rate then dates
     /// `busy_since_ns` from here, not from the reading).
     pub busy_from_start_ns: Option<u64>,
-    /// utime + stime ticks at `busy_since_ns` (0 when dated from the thread's start).
-    pub busy_ticks_at_start: u64,
-    /// (utime + stime ticks, when) of the last CPU reading.
-    pub cpu_ticks: Option<(u64, u64)>,
+    /// The `CpuTime::wanted_ns` at `busy_since_ns` (0 when dated from the thread's start).
+    pub busy_wanted_at_start: u64,
+    /// (the reading, when) of the last CPU reading.
+    pub cpu_last: Option<(CpuTime, u64)>,
     /// The latest stack sample: (when, ip, words of the stack that point into code).
     pub last_sample: Option<(u64, u64, Vec<u64>)>,
 }
 
 impl ThreadState {
-    /// One CPU reading (`ticks` = utime + stime, `hz` ticks a second): the rate since the last
-    /// reading, and whether the thread has been busy (≥ 80% of a core on average) since when.
-    pub fn cpu_reading(&mut self, ticks: u64, alive_ns: Option<u64>, now_ns: u64, hz: f64) {
-        if let Some((prev, at)) = self.cpu_ticks
+    /// One CPU reading: the rates since the last reading, and whether the thread has been
+    /// busy (wanted ≥ 80% of a core on average) since when.
+    pub fn cpu_reading(&mut self, cpu: CpuTime, alive_ns: Option<u64>, now_ns: u64) {
+        if let Some((prev, at)) = self.cpu_last
             && now_ns > at
         {
-            let secs = (now_ns - at) as f64 / 1e9;
-            self.cpu_pct = (ticks.saturating_sub(prev) as f64 / hz) / secs * 100.0;
+            let span = (now_ns - at) as f64;
+            self.cpu_pct = cpu.on_cpu_ns.saturating_sub(prev.on_cpu_ns) as f64 / span * 100.0;
+            self.waiting_pct = cpu.waiting_ns.saturating_sub(prev.waiting_ns) as f64 / span * 100.0;
             // Busy is judged on the average since the spin began, not on each reading: a
             // spinner sharing a core with wedgeprobe itself dips below 80% for one second
             // now and then (seen on the 2-core CI machine), and that must not restart it.
             if self.busy_since_ns != 0 {
-                let span = now_ns.saturating_sub(self.busy_since_ns) as f64 / 1e9;
-                let used = ticks.saturating_sub(self.busy_ticks_at_start) as f64 / hz;
-                if span > 0.0 && used / span < 0.8 {
+                let span = now_ns.saturating_sub(self.busy_since_ns) as f64;
+                let wanted = cpu.wanted_ns().saturating_sub(self.busy_wanted_at_start) as f64;
+                if span > 0.0 && wanted / span < 0.8 {
                     self.busy_since_ns = 0;
                     self.busy_from_start_ns = None;
                 }
             }
-            if self.busy_since_ns == 0 && self.cpu_pct >= 80.0 {
-                (self.busy_since_ns, self.busy_ticks_at_start) = match self.busy_from_start_ns {
+            let wanted_pct = cpu.wanted_ns().saturating_sub(prev.wanted_ns()) as f64 / span * 100.0;
+            if self.busy_since_ns == 0 && wanted_pct >= 80.0 {
+                (self.busy_since_ns, self.busy_wanted_at_start) = match self.busy_from_start_ns {
                     Some(start) => (start, 0),
-                    None => (at, prev),
+                    None => (at, prev.wanted_ns()),
                 };
             }
         } else if let Some(alive) = alive_ns.filter(|&a| a > 0) {
-            let life_pct = (ticks as f64 / hz) / (alive as f64 / 1e9) * 100.0;
+            let life_pct = cpu.wanted_ns() as f64 / alive as f64 * 100.0;
             self.busy_from_start_ns = (life_pct >= 80.0).then(|| now_ns.saturating_sub(alive));
         }
-        self.cpu_ticks = Some((ticks, now_ns));
+        self.cpu_last = Some((cpu, now_ns));
     }
 
     /// The call the thread is in: exact data first (both probes, then the shim journal), an
@@ -833,12 +860,18 @@ impl Model {
         }
     }
 
-    /// Per-thread CPU use, read from /proc once a second: `ticks` = utime + stime, `alive_ns`
-    /// how long the thread has existed (at the first reading, its whole life is the window).
-    pub fn set_cpu(&mut self, pid: u32, tid: u32, ticks: u64, alive_ns: Option<u64>, now_ns: u64) {
-        let hz = crate::sys::clock_ticks_per_s();
+    /// Per-thread CPU use, read from /proc once a second; `alive_ns` how long the thread has
+    /// existed (at the first reading, its whole life is the window).
+    pub fn set_cpu(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        cpu: CpuTime,
+        alive_ns: Option<u64>,
+        now_ns: u64,
+    ) {
         if let Some(t) = self.thread(pid, tid) {
-            t.cpu_reading(ticks, alive_ns, now_ns, hz);
+            t.cpu_reading(cpu, alive_ns, now_ns);
         }
     }
 
@@ -847,8 +880,9 @@ impl Model {
     pub fn clear_cpu(&mut self, pid: u32) {
         if let Some(p) = self.procs.get_mut(&pid) {
             for t in p.threads.values_mut() {
-                t.cpu_ticks = None;
+                t.cpu_last = None;
                 t.cpu_pct = 0.0;
+                t.waiting_pct = 0.0;
                 t.busy_since_ns = 0;
                 t.busy_from_start_ns = None;
             }
@@ -966,26 +1000,59 @@ mod tests {
     /// life averaged ≥ 80% at the first reading) counts from there.
     #[test]
     fn busy_is_the_average_since_the_spin_began() {
-        let hz = 100.0;
         let s = 1_000 * MS;
+        let on = |ns: u64| CpuTime {
+            on_cpu_ns: ns,
+            waiting_ns: 0,
+        };
         let mut t = ThreadState::default();
-        t.cpu_reading(0, None, 10 * s, hz);
-        t.cpu_reading(100, None, 11 * s, hz); // 100%
+        t.cpu_reading(on(0), None, 10 * s);
+        t.cpu_reading(on(s), None, 11 * s); // 100%
         assert_eq!(t.busy_since_ns, 10 * s);
-        t.cpu_reading(170, None, 12 * s, hz); // 70% this second, 85% since 10 s
+        t.cpu_reading(on(17 * s / 10), None, 12 * s); // 70% this second, 85% since 10 s
         assert_eq!(t.busy_since_ns, 10 * s, "one dip does not restart the spin");
-        t.cpu_reading(175, None, 13 * s, hz); // 5%: 58% since 10 s
+        t.cpu_reading(on(175 * s / 100), None, 13 * s); // 5%: 58% since 10 s
         assert_eq!(t.busy_since_ns, 0, "a thread that stopped is not busy");
         // Dated from its start: alive 30 s with 29 s of CPU at the first reading.
         let mut u = ThreadState::default();
-        u.cpu_reading(2_900, Some(30 * s), 100 * s, hz);
-        u.cpu_reading(3_000, None, 101 * s, hz);
+        u.cpu_reading(on(29 * s), Some(30 * s), 100 * s);
+        u.cpu_reading(on(30 * s), None, 101 * s);
         assert_eq!(u.busy_since_ns, 70 * s);
         // A thread whose life was mostly idle is busy from its first busy reading only.
         let mut v = ThreadState::default();
-        v.cpu_reading(100, Some(30 * s), 100 * s, hz);
-        v.cpu_reading(200, None, 101 * s, hz);
+        v.cpu_reading(on(s), Some(30 * s), 100 * s);
+        v.cpu_reading(on(2 * s), None, 101 * s);
         assert_eq!(v.busy_since_ns, 100 * s);
+    }
+
+    /// A spinner that gets 60% of a core and waits for one the other 38% is busy; a thread
+    /// that sleeps half the time is not, however its on-CPU time splits.
+    #[test]
+    fn busy_counts_the_time_waiting_for_a_core() {
+        let s = 1_000 * MS;
+        let mut t = ThreadState::default();
+        t.cpu_reading(CpuTime::default(), None, 10 * s);
+        t.cpu_reading(
+            CpuTime {
+                on_cpu_ns: 6 * s / 10,
+                waiting_ns: 38 * s / 100,
+            },
+            None,
+            11 * s,
+        );
+        assert_eq!(t.busy_since_ns, 10 * s);
+        assert!((t.cpu_pct - 60.0).abs() < 1e-9 && (t.waiting_pct - 38.0).abs() < 1e-9);
+        let mut u = ThreadState::default();
+        u.cpu_reading(CpuTime::default(), None, 10 * s);
+        u.cpu_reading(
+            CpuTime {
+                on_cpu_ns: 4 * s / 10,
+                waiting_ns: s / 10,
+            },
+            None,
+            11 * s,
+        );
+        assert_eq!(u.busy_since_ns, 0);
     }
 
     #[test]

@@ -435,10 +435,10 @@ impl Report {
             for t in &s.threads {
                 writeln!(
                     out,
-                    "  tid {} ({}) {:.0}% CPU for {}",
+                    "  tid {} ({}) {} for {}",
                     t.tid,
                     t.name,
-                    t.cpu_pct,
+                    t.cpu_words(),
                     fmt_duration(t.busy_ms)
                 )?;
                 for f in &t.native_stack {

@@ -4,9 +4,11 @@
 //!
 //! A process is in a host stall when its GPU work has not moved (no launch, completion, mark
 //! or driver call returning) for `stall_after`, no kernel of it is in flight, and a thread has
-//! used ≥ 80% of a core for that long — or, when the shim's journal dates the GPU's silence,
-//! all the time it was watched (the silence is then the stall's duration). The report shows each such thread's CPU use, its latest
-//! on-CPU stack (sampled by the eBPF perf sampler, return addresses found by scanning,
+//! wanted ≥ 80% of a core (on one, or runnable and waiting for one: `model::CpuTime`) for
+//! that long — or, when the shim's journal dates the GPU's silence, all the time it was
+//! watched (the silence is then the stall's duration). The report shows each such thread's
+//! CPU use, its latest on-CPU stack (sampled by the eBPF perf sampler, return addresses found
+//! by scanning,
 //! symbolized with blazesym) and its Python stack (`report`).
 //!
 //! Busy is not enough: a serving process that builds its model or loads a checkpoint also
@@ -57,7 +59,11 @@ pub struct HostStall {
 pub struct SpinningThread {
     pub tid: u32,
     pub name: String,
+    /// On a core over the last second (100 = one core).
     pub cpu_pct: f64,
+    /// Runnable but waiting for a core over the last second: a spinner gets less than a
+    /// core where cores are short, and wants one all the same.
+    pub waiting_for_cpu_pct: f64,
     pub busy_ms: f64,
     /// Innermost first: `function+0xoff (module)`, or the address when unknown.
     pub native_stack: Vec<String>,
@@ -66,6 +72,20 @@ pub struct SpinningThread {
     /// Innermost first, `function (file:line)`; null when the process is not CPython or its
     /// interpreter state could not be read.
     pub python_stack: Option<Vec<String>>,
+}
+
+impl SpinningThread {
+    /// "99% CPU", or "62% CPU + 36% waiting for a core" where the wait is worth saying.
+    pub fn cpu_words(&self) -> String {
+        if self.waiting_for_cpu_pct >= 5.0 {
+            format!(
+                "{:.0}% CPU + {:.0}% waiting for a core",
+                self.cpu_pct, self.waiting_for_cpu_pct
+            )
+        } else {
+            format!("{:.0}% CPU", self.cpu_pct)
+        }
+    }
 }
 
 /// How long after attach a thread on a core has its stack compared before a second CPU
@@ -179,6 +199,7 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
                 tid,
                 name: t.name.clone(),
                 cpu_pct: (t.cpu_pct * 10.0).round() / 10.0,
+                waiting_for_cpu_pct: (t.waiting_pct * 10.0).round() / 10.0,
                 busy_ms: busy_for(t).unwrap_or(0) as f64 / 1e6,
                 native_stack: t
                     .last_sample
@@ -365,10 +386,10 @@ pub fn describe(s: &HostStall) -> String {
                     .collect(),
             };
             format!(
-                "tid {} ({}) {:.0}% CPU for {:.0} s, the same stack for {:.1} s, in {}",
+                "tid {} ({}) {} for {:.0} s, the same stack for {:.1} s, in {}",
                 t.tid,
                 t.name,
-                t.cpu_pct,
+                t.cpu_words(),
                 t.busy_ms / 1e3,
                 t.same_stack_ms / 1e3,
                 if top.is_empty() {
@@ -408,6 +429,7 @@ mod tests {
             tid: 1,
             name: "t".into(),
             cpu_pct: 100.0,
+            waiting_for_cpu_pct: 0.0,
             busy_ms: 20_000.0,
             native_stack: native.iter().map(|s| s.to_string()).collect(),
             same_stack_ms: 0.0,
