@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 12, prepared in session 12 for the next device time: the hot-line layout (commits
-# a69da8f, 5ac8b49, 1d2e01a, "hot") against the prefetch build the H200 measured in session 12 ("pf", commit
-# 192b44c), shim + daemon, recording on/off pairs inside each process (gpu/step_ab.py), the
+# Issue 12, prepared in sessions 12 and 13 for the next device time: the hot-line layout
+# (commits a69da8f, 5ac8b49, 1d2e01a and session 13's 9cfe69c: "hot") against the prefetch
+# build the H200 measured in session 12 ("pf", commit 192b44c), shim + daemon, recording on/off pairs inside each process (gpu/step_ab.py), the
 # builds alternating process by process so drift between minutes cancels; then each build
-# with marks off (the recording's own share) and the shim's self cost of each.
+# with marks off (the recording's own share), "hot" counting 32 launches a mark instead of 16
+# (session 11 measured 32 at -0.6 points with its build), and the shim's self cost of each.
 #   bash gpu/s13_cost.sh OUT      (binaries: $NEW, default .bench/s13/{pf,hot}, .bench/s13/wedgeprobe; rebuild
 #   them from those commits if .bench is gone: strip the release libcupti_shim.so of each)
 set -u
@@ -22,7 +23,7 @@ cost_ab hot-2 $NEW/hot X=1
 cost_ab pf-off $NEW/pf $OFF
 cost_ab hot-off $NEW/hot $OFF
 cost_ab hot-3 $NEW/hot X=1
-cost_ab pf-3 $NEW/pf X=1
+cost_ab hot-every32 $NEW/hot WEDGEPROBE_SHIM_MARK_EVERY=32
 cost_ab_stop
 for b in hot pf hot; do
   echo "=== self_cost, eager decode, $b"
