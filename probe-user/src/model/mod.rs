@@ -95,7 +95,7 @@ impl CurrentCall {
 /// Why the waiting time: busy means wanting a core, not getting one. On the 2-core CI
 /// machine with one core half taken by another load, one of two spinning ranks got 70-79% of
 /// a core and was not a stall (`cargo xtask test` beside a busy loop, session 13); a rank on
-/// an oversubscribed host or in a CPU-limited container meets the same. The scheduler's
+/// an oversubscribed host meets the same. The scheduler's
 /// run-queue wait (`/proc/PID/task/TID/schedstat`) is that time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTime {
