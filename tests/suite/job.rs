@@ -272,6 +272,86 @@ fn a_python_host_stall_is_named_by_its_python_frames() {
     assert!(summary.contains("wait_for_peers_ready"), "{summary}");
 }
 
+/// A CPU limit as Kubernetes sets one for a pod: a CFS quota of `pct`% of a core, in a cgroup
+/// of its own (v1 `cpu.cfs_quota_us` or v2 `cpu.max`), removed when dropped (its processes
+/// gone first). `None` where no cgroup cpu controller can be written.
+struct CpuQuota {
+    dir: std::path::PathBuf,
+}
+
+impl CpuQuota {
+    fn new(pct: u32) -> Option<Self> {
+        use std::fs::{create_dir, read_to_string, write};
+        let name = format!("wedgeprobe-test-{}", std::process::id());
+        let v1 = std::path::Path::new("/sys/fs/cgroup/cpu");
+        let v2 = std::path::Path::new("/sys/fs/cgroup");
+        if v1.join("cpu.cfs_quota_us").exists() {
+            let dir = v1.join(&name);
+            create_dir(&dir).ok()?;
+            let q = Self { dir };
+            write(q.dir.join("cpu.cfs_period_us"), "100000").ok()?;
+            write(q.dir.join("cpu.cfs_quota_us"), (pct * 1000).to_string()).ok()?;
+            return Some(q);
+        }
+        if read_to_string(v2.join("cgroup.controllers")).is_ok_and(|c| c.contains("cpu")) {
+            let _ = write(v2.join("cgroup.subtree_control"), "+cpu");
+            let dir = v2.join(&name);
+            create_dir(&dir).ok()?;
+            let q = Self { dir };
+            write(q.dir.join("cpu.max"), format!("{} 100000", pct * 1000)).ok()?;
+            return Some(q);
+        }
+        None
+    }
+
+    fn add(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .expect("move the worker into the cgroup");
+    }
+}
+
+impl Drop for CpuQuota {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// A rank in a CPU-limited container: held by its quota to 30% of a core, it waits for one the
+/// rest of the time — still spinning. Throttled time counts as run-queue wait (measured here:
+/// a busy loop under a 30% quota read 30% on a core, 70% waiting, in schedstat), so busy,
+/// which counts the wait, finds it; on-CPU time alone would not.
+#[test]
+fn a_spinner_held_to_a_third_of_a_core_by_a_cpu_quota_is_a_host_stall() {
+    require_root!();
+    let Some(quota) = CpuQuota::new(30) else {
+        eprintln!("skipped: no writable cgroup cpu controller (v1 cpu.cfs_quota_us, v2 cpu.max)");
+        return;
+    };
+    let shim = shim_path();
+    let w = Worker::spawn(&["spin", "20"], &[("CUDA_INJECTION64_PATH", &shim)]);
+    quota.add(w.pid());
+    sleep(secs(4.0));
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        "--stall-after",
+        "2s",
+        "--window",
+        "3s",
+    ]);
+    drop(w);
+    assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    let t = &r["host_stalls"][0]["threads"][0];
+    assert!(
+        t["cpu_pct"].as_f64().unwrap() < 50.0,
+        "held by the quota: {t}"
+    );
+    assert!(t["waiting_for_cpu_pct"].as_f64().unwrap() >= 40.0, "{t}");
+    assert_spins_in_wait_for_peers(t);
+    let summary = r["verdict"]["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("waiting for a core"), "{summary}");
+}
+
 /// The H200 healthy run's false alarm: a process building its model keeps a core at 100% with
 /// no GPU work for longer than `stall_after`. Busy is not spinning: its stack moves through
 /// functions, so it is not a host stall (a busy-poll's stack stays: the tests above).

@@ -95,8 +95,9 @@ impl CurrentCall {
 /// Why the waiting time: busy means wanting a core, not getting one. On the 2-core CI
 /// machine with one core half taken by another load, one of two spinning ranks got 70-79% of
 /// a core and was not a stall (`cargo xtask test` beside a busy loop, session 13); a rank on
-/// an oversubscribed host meets the same. The scheduler's
-/// run-queue wait (`/proc/PID/task/TID/schedstat`) is that time.
+/// an oversubscribed host meets the same, and one in a CPU-limited container more so (a busy
+/// loop under a 30% CFS quota read 30% on a core and 70% waiting: throttled time is run-queue
+/// wait). The scheduler's run-queue wait (`/proc/PID/task/TID/schedstat`) is that time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTime {
     /// On a core (schedstat's run time, or utime + stime where schedstat is not there).
