@@ -4,7 +4,8 @@
 # build the H200 measured in session 12 ("pf", commit 192b44c), shim + daemon, recording on/off pairs inside each process (gpu/step_ab.py), the
 # builds alternating process by process so drift between minutes cancels; then each build
 # with marks off (the recording's own share), "hot" counting 32 launches a mark instead of 16
-# (session 11 measured 32 at -0.6 points with its build), and the shim's self cost of each.
+# (session 11 measured 32 at -0.6 points with its build), and the shim's self cost of each;
+# first, what a mark costs the GPU's stream by itself (gpu/mark_bubble.cu).
 #   bash gpu/s13_cost.sh OUT      (binaries: $NEW, default .bench/s13/{pf,hot}, .bench/s13/wedgeprobe; rebuild
 #   them from those commits if .bench is gone: strip the release libcupti_shim.so of each)
 set -u
@@ -13,6 +14,10 @@ SRC=${NEW:-$PWD/.bench/s13}
 for v in pf hot; do install -d -m 755 /opt/wp-s13/$v && install -m 755 "$SRC/$v/libcupti_shim.so" /opt/wp-s13/$v/; done
 install -m 755 "$SRC/wedgeprobe" /opt/wp-s13/
 NEW=/opt/wp-s13
+# What a mark costs the GPU's stream, host out of the picture (gpu/mark_bubble.cu; seconds).
+echo "=== mark bubble"
+/usr/local/cuda/bin/nvcc -O2 -arch=sm_90 -o /tmp/mark_bubble gpu/mark_bubble.cu -lcuda \
+  && taskset -c 2 timeout 60 /tmp/mark_bubble 5
 . gpu/cost_ab.sh
 cost_ab_start "$OUT" "$NEW/wedgeprobe"
 OFF=$COST_AB_OFF
