@@ -154,6 +154,7 @@ impl Writer {
             .all(|c| c.is_power_of_two()),
             "journal capacities must be powers of two"
         );
+        let header = layout.header(pid, mono_ns, real_ns);
         let w = Self {
             base: mem,
             layout,
@@ -164,9 +165,8 @@ impl Writer {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             prefetchw: has_prefetchw(),
-            mode: AtomicU32::new(layout.header(pid, mono_ns, real_ns).record_mode),
+            mode: AtomicU32::new(header.record_mode),
         };
-        let header = layout.header(pid, mono_ns, real_ns);
         let words = size_of::<Header>() / 8;
         // SAFETY: Header is plain old data of `words` u64s.
         let src =

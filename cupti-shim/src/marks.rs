@@ -170,13 +170,13 @@ static MARKS: OnceLock<Marks> = OnceLock::new();
 const READY: u8 = 2;
 const FAILED: u8 = 3;
 
-/// Turns marks on for a journal of `cap` streams (at initialisation, off the launch path);
-/// `with_events`: record them as events where possible.
 /// Flags of the marks' stream writes: 0 (the driver's memory fence before the write), or
 /// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER` under the measurement switch `no_barrier`
 /// (`crate::measure`).
 pub static WRITE_FLAGS: AtomicU32 = AtomicU32::new(0);
 
+/// Turns marks on for a journal of `cap` streams (at initialisation, off the launch path);
+/// `with_events`: record them as events where possible.
 pub fn init(cap: u32, cadence: Cadence, with_events: bool) -> &'static Marks {
     MARKS.get_or_init(|| Marks {
         every: cadence.every.max(1),

@@ -126,6 +126,17 @@ fn spinning_pair_report(wait_s: f64, args: &[&str]) -> (Vec<Worker>, serde_json:
     (w, r)
 }
 
+/// `report --stall-after 2s` (and `more`) on `w` once it has run `wait_s`; `w` is gone after.
+fn stall_report(w: Worker, wait_s: f64, more: &[&str]) -> serde_json::Value {
+    sleep(secs(wait_s));
+    let pid = w.pid_arg();
+    let mut args = vec!["--pid", &pid, "--stall-after", "2s"];
+    args.extend_from_slice(more);
+    let r = report_json(&args);
+    drop(w);
+    r
+}
+
 /// The spinning function is among the top frames of the thread's native stack.
 fn assert_spins_in_wait_for_peers(t: &serde_json::Value) {
     let stack: Vec<&str> = t["native_stack"]
@@ -184,9 +195,7 @@ fn a_host_stall_that_began_before_attach_is_found_in_the_first_window() {
 #[test]
 fn without_a_journal_a_host_stall_from_before_attach_says_what_is_not_known() {
     require_root!();
-    let w = Worker::spawn(&["spin", "20"], &[]);
-    sleep(secs(3.5));
-    let r = report_json(&["--pid", &w.pid_arg(), "--stall-after", "2s"]);
+    let r = stall_report(Worker::spawn(&["spin", "20"], &[]), 3.5, &[]);
     assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
     let s = &r["host_stalls"][0];
     assert_eq!(s["gpu_evidence"], "attach", "{s}");
@@ -252,10 +261,7 @@ fn a_python_process_blocked_in_a_launch_shows_its_python_frames() {
 #[test]
 fn a_python_host_stall_is_named_by_its_python_frames() {
     require_root!();
-    let w = Worker::python(&["handshake", "20"], &[]);
-    sleep(secs(3.5));
-    let r = report_json(&["--pid", &w.pid_arg(), "--stall-after", "2s"]);
-    drop(w);
+    let r = stall_report(Worker::python(&["handshake", "20"], &[]), 3.5, &[]);
     assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
     let py: Vec<&str> = r["host_stalls"][0]["threads"][0]["python_stack"]
         .as_array()
@@ -330,16 +336,7 @@ fn a_spinner_held_to_a_third_of_a_core_by_a_cpu_quota_is_a_host_stall() {
     let shim = shim_path();
     let w = Worker::spawn(&["spin", "20"], &[("CUDA_INJECTION64_PATH", &shim)]);
     quota.add(w.pid());
-    sleep(secs(4.0));
-    let r = report_json(&[
-        "--pid",
-        &w.pid_arg(),
-        "--stall-after",
-        "2s",
-        "--window",
-        "3s",
-    ]);
-    drop(w);
+    let r = stall_report(w, 4.0, &["--window", "3s"]);
     assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
     let t = &r["host_stalls"][0]["threads"][0];
     assert!(
@@ -367,17 +364,11 @@ fn a_process_busy_building_its_model_is_not_a_host_stall() {
         } else {
             &[]
         };
-        let w = Worker::python(&["build", "20"], env);
-        sleep(secs(3.5));
-        let r = report_json(&[
-            "--pid",
-            &w.pid_arg(),
-            "--stall-after",
-            "2s",
-            "--window",
-            "3s",
-        ]);
-        drop(w);
+        let r = stall_report(
+            Worker::python(&["build", "20"], env),
+            3.5,
+            &["--window", "3s"],
+        );
         assert_ne!(
             r["verdict"]["kind"], "host_stall",
             "shim {shim}: {}",

@@ -730,10 +730,11 @@ fn thread_cpu(pid: u32, tid: u32) -> Option<ThreadCpu> {
 }
 
 fn parse_thread_cpu(stat: &str, hz: f64) -> Option<ThreadCpu> {
-    let rest = stat.rsplit_once(')')?.1;
-    // After the comm: state is field 3 at index 0.
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    let field = |n| {
+        crate::process::target::stat_field(stat, n)?
+            .parse::<u64>()
+            .ok()
+    };
     let ticks = field(14)? + field(15)?;
     Some(ThreadCpu {
         time: crate::model::CpuTime {

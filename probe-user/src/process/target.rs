@@ -158,18 +158,21 @@ pub fn proc_state(stat_path: &str) -> Option<char> {
 }
 
 fn stat_state(stat: &str) -> Option<char> {
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next())
+    stat_field(stat, 3)?.chars().next()
 }
 
-/// The task flags of a /proc/…/stat line (its ninth field, the seventh after the comm).
-fn stat_flags(stat: &str) -> Option<u64> {
+/// Field `n` of a /proc/…/stat line, numbered as in proc(5) (1: pid, 2: comm, 3: state, …;
+/// `n` ≥ 3): counted from the last ')', since the comm may contain spaces and parentheses.
+pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
     stat.rsplit_once(')')?
         .1
         .split_whitespace()
-        .nth(6)?
-        .parse()
-        .ok()
+        .nth(n.checked_sub(3)?)
+}
+
+/// The task flags of a /proc/…/stat line (field 9).
+fn stat_flags(stat: &str) -> Option<u64> {
+    stat_field(stat, 9)?.parse().ok()
 }
 
 /// `PF_EXITING` (include/linux/sched.h): set on a task as its exit begins.

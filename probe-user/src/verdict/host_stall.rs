@@ -8,8 +8,7 @@
 //! that long — or, when the shim's journal dates the GPU's silence, all the time it was
 //! watched (the silence is then the stall's duration). The report shows each such thread's
 //! CPU use, its latest on-CPU stack (sampled by the eBPF perf sampler, return addresses found
-//! by scanning,
-//! symbolized with blazesym) and its Python stack (`report`).
+//! by scanning, symbolized with blazesym) and its Python stack (`report`).
 //!
 //! Busy is not enough: a serving process that builds its model or loads a checkpoint also
 //! keeps a core at 100% with no GPU work for tens of seconds (the H200 healthy run: a false

@@ -36,11 +36,9 @@ pub fn read_rank_info(pid: u32) -> RankInfo {
     let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
-            s.rsplit_once(')').and_then(|(_, r)| {
-                r.split_whitespace()
-                    .nth(1)
-                    .and_then(|p| p.parse::<u32>().ok())
-            })
+            crate::process::target::stat_field(&s, 4)?
+                .parse::<u32>()
+                .ok()
         })
         .unwrap_or(0);
     parse_environ(pid, ppid, &env[..env.len().min(MAX_ENVIRON)])
