@@ -81,15 +81,8 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
             "the shim is already loaded in this process".into(),
         ));
     }
-    let rec = recorder::start(Layout::DEFAULT).map_err(|e| {
-        (
-            ATTACH_NO_JOURNAL,
-            format!(
-                "cannot create its journal {}: {e}",
-                crate::shm::path_for(std::process::id())
-            ),
-        )
-    })?;
+    let rec = recorder::start(Layout::DEFAULT)
+        .map_err(|e| (ATTACH_NO_JOURNAL, format!("cannot create its journal: {e}")))?;
     rec.writer().set_state(STATE_ATTACHING);
     rec.writer().set_flags(JOURNAL_ATTACHED_LATE);
     rec.use_marks(

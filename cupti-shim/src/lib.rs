@@ -28,12 +28,12 @@ mod driver;
 mod event_ring;
 mod handle_cache;
 pub mod journal;
+mod journal_file;
 pub mod launch_hooks;
 pub mod marks;
 mod measure;
 pub mod recorder;
 pub mod self_cost;
-pub mod shm;
 pub mod sim_backend;
 mod thread_state;
 
@@ -63,12 +63,8 @@ fn init() -> Result<(), String> {
         return Err("disabled by WEDGEPROBE_SHIM".into());
     }
     measure::switches();
-    let rec = recorder::start(Layout::DEFAULT).map_err(|e| {
-        format!(
-            "cannot create its journal {}: {e}",
-            shm::path_for(std::process::id())
-        )
-    })?;
+    let rec =
+        recorder::start(Layout::DEFAULT).map_err(|e| format!("cannot create its journal: {e}"))?;
     match std::env::var("WEDGEPROBE_SHIM_RECORD").as_deref() {
         Ok("exact") => {}
         Ok("marks") | Err(_) => {

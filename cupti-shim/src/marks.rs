@@ -229,6 +229,9 @@ fn debug(args: std::fmt::Arguments) {
 }
 
 pub fn get() -> Option<&'static Marks> {
+    if crate::recorder::forked() {
+        return None; // a forked child records nothing (`recorder::forked`)
+    }
     MARKS.get()
 }
 

@@ -15,8 +15,8 @@ use probe_common::journal::{Layout, RECORD_MARKS, RECORD_PER_KERNEL, STATE_OFF};
 
 use crate::{
     journal::{Completion, Launch, Writer},
+    journal_file::JournalFile,
     marks::{self, Pending},
-    shm::SharedFile,
     thread_state::{self, SLOT_NONE, SLOT_UNCLAIMED, ThreadState},
 };
 
@@ -37,7 +37,7 @@ pub struct Recorder {
     /// to switch per-kernel completion records on (its flush thread polls this).
     fallback_wanted: AtomicBool,
     // Keeps the mapping alive for `writer`; dropped never (the process owns it until exit).
-    _file: SharedFile,
+    _file: JournalFile,
 }
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
@@ -78,7 +78,7 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
     }
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
-    let file = SharedFile::create(pid, layout.total_size() as usize)?;
+    let file = JournalFile::create(layout.total_size() as usize)?;
     // The clock pair is taken back to back, so other nodes' journals can be aligned.
     let (mono, real) = (clock(libc::CLOCK_MONOTONIC), clock(libc::CLOCK_REALTIME));
     // SAFETY: the mapping is page-aligned, zero-filled, total_size long, and lives in the
@@ -91,15 +91,39 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
         fallback_wanted: AtomicBool::new(false),
         _file: file,
     });
-    // The recorder is never dropped (callbacks may run until the very end), so the file is
-    // removed at exit instead; after a SIGKILL it stays until wedgeprobe or the next process
-    // with the same pid removes it.
-    // SAFETY: registering a plain extern "C" fn.
-    unsafe { libc::atexit(remove_at_exit) };
+    // The recorder is never dropped (callbacks may run until the very end): the journal is
+    // marked off at exit, and its memory goes with the process (a memfd: nothing is left
+    // behind, not even after a SIGKILL).
+    // SAFETY: registering plain extern "C" fns, once (RECORDER is set once).
+    unsafe {
+        libc::atexit(off_at_exit);
+        libc::pthread_atfork(None, None, Some(forked_child));
+    }
     Ok(rec)
 }
 
-extern "C" fn remove_at_exit() {
+/// Set in a forked child (`forked_child`): this process is not the one the journal records.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is a child forked from the one that made the journal: it records
+/// nothing (`journal_file::forked_child` says why and what it gets).
+pub fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+/// `pthread_atfork`'s child handler: launches pass through unrecorded, and the journal's
+/// memory is the child's own private copy from here on.
+extern "C" fn forked_child() {
+    FORKED.store(true, Ordering::Relaxed);
+    crate::launch_hooks::pass_through(true);
+    crate::journal_file::forked_child();
+}
+
+extern "C" fn off_at_exit() {
+    if forked() {
+        // A forked child's exit (its atexit handlers run): the parent still records.
+        return;
+    }
     if let Some(line) = crate::launch_hooks::coverage_line() {
         crate::log_line(&line);
     }
@@ -109,11 +133,14 @@ extern "C" fn remove_at_exit() {
     crate::launch_hooks::remove();
     if let Some(rec) = RECORDER.get() {
         rec.writer.set_state(STATE_OFF);
-        rec._file.unlink();
     }
 }
 
+/// The process's recorder; none in a forked child (`forked`).
 pub fn get() -> Option<&'static Recorder> {
+    if forked() {
+        return None;
+    }
     RECORDER.get()
 }
 

@@ -28,10 +28,15 @@
 //!   request to the shim, see `CONTROL_RELEASE`; a lease on per-kernel records); the shim
 //!   polls them from its flush thread.
 
-/// A process's journal file is `{FILE_PREFIX}{pid}{FILE_SUFFIX}`: the shim creates it, and
-/// wedgeprobe recognises it in the process's memory map.
-pub const FILE_PREFIX: &str = "/dev/shm/wedgeprobe-";
-pub const FILE_SUFFIX: &str = ".journal";
+/// A process's journal is an anonymous memory file (`memfd_create`) named `MEMFD_NAME`: no
+/// path in /dev/shm, so no tmpfs size limit to fault on, no name to collide across pid
+/// namespaces, nothing left behind after a SIGKILL. Its pages are allocated when it is made
+/// and its size is sealed (`F_SEAL_SHRINK | F_SEAL_GROW`), so neither side can fault on it later.
+/// wedgeprobe finds it in the process's memory map, where it reads `MAPS_PATH`, and opens it
+/// through `/proc/PID/fd` (or `/proc/PID/map_files`).
+pub const MEMFD_NAME: &str = "wedgeprobe-journal";
+/// How `/proc/PID/maps` (and a readlink of its fd) shows a `MEMFD_NAME` file.
+pub const MAPS_PATH: &str = "/memfd:wedgeprobe-journal (deleted)";
 
 /// `b"WPJRNL"` then the format's major version.
 pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x03";

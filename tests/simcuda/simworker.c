@@ -39,6 +39,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -228,6 +229,21 @@ int main(int argc, char **argv) {
         pthread_create(&w, NULL, guard_waker, NULL);
         pthread_setname_np(w, "waker");
         atexit(guard_report);
+    }
+    /* SIMWORKER_FORK_CHILD: once CUDA is in use, fork a child that exits normally (its atexit
+     * handlers run), as a server forks a helper without exec; `launch`: the child launches
+     * once first (CUDA forbids it after fork, but a hook in the child must still never write
+     * its parent's journal). The parent then runs its mode. */
+    const char *fork_child = getenv("SIMWORKER_FORK_CHILD");
+    if (fork_child) {
+        launch(decode);
+        cuStreamSynchronize(stream);
+        pid_t c = fork();
+        if (c == 0) {
+            if (!strcmp(fork_child, "launch")) launch(decode);
+            exit(0);
+        }
+        waitpid(c, NULL, 0);
     }
     const char *pace = getenv("SIMWORKER_PACE_US");
     int pace_us = pace ? atoi(pace) : 50;

@@ -169,12 +169,10 @@ fn a_hundred_attaches_killed_at_random_points_leave_the_target_running_and_corre
     sleep(secs(16.0));
     for w in &done {
         let pid = w.pid();
-        // A journal still in place: one shown "(deleted)" was removed by the shim at the
-        // target's exit (its loop done, the process not gone yet), and a `report` then finds
-        // none — under load that window is wide enough to be hit.
+        // A journal still mapped (the target may have finished its loop meanwhile).
         if let Ok(m) = std::fs::read_to_string(format!("/proc/{pid}/maps"))
             && m.lines()
-                .any(|l| l.contains("/wedgeprobe-") && l.ends_with(".journal"))
+                .any(|l| l.ends_with("/memfd:wedgeprobe-journal (deleted)"))
         {
             let out = wedgeprobe(&[
                 "report",
@@ -202,10 +200,6 @@ fn a_hundred_attaches_killed_at_random_points_leave_the_target_running_and_corre
         let (code, stdout) = finish(w);
         assert_eq!(code, Some(0), "pid {pid}: {stdout}");
         assert!(stdout.contains("corrupted 0"), "pid {pid}: {stdout}");
-        assert!(
-            !Path::new(&format!("/dev/shm/wedgeprobe-{pid}.journal")).exists(),
-            "pid {pid} left its journal"
-        );
     }
 }
 

@@ -9,6 +9,7 @@ mod lifecycle;
 mod prometheus;
 mod report;
 mod shim;
+mod shim_safety;
 mod trace;
 mod watch;
 
@@ -144,8 +145,6 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // A killed worker cannot remove its shim journal at exit.
-        let _ = std::fs::remove_file(format!("/dev/shm/wedgeprobe-{}.journal", self.child.id()));
     }
 }
 

@@ -105,13 +105,21 @@ fn a_corrupt_journal_is_rejected_not_trusted() {
         ],
     );
     sleep(secs(0.5));
-    let path = format!("/dev/shm/wedgeprobe-{}.journal", w.pid());
-    // Overwrite the magic in place (truncating the file would SIGBUS the writer, as it would
-    // any process whose shared mapping is cut short: the file is owner-only for that reason).
+    // The journal is a memfd the worker keeps open: written through its /proc fd link.
+    let fd = std::fs::read_dir(format!("/proc/{}/fd", w.pid()))
+        .unwrap()
+        .flatten()
+        .find(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|l| l.as_os_str() == "/memfd:wedgeprobe-journal (deleted)")
+        })
+        .expect("the shim made its journal");
+    // Overwrite the magic in place (the journal's size is sealed: it cannot be truncated,
+    // which would SIGBUS the writer and the reader).
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .open(&path)
-        .expect("the shim made its journal");
+        .open(fd.path())
+        .expect("the journal opens for writing");
     std::io::Write::write_all(&mut f, b"garbage!").unwrap();
     drop(f);
     sleep(secs(1.0));

@@ -48,6 +48,9 @@ pub struct Collector {
     last_prune_ns: u64,
     /// Open shim journals by pid.
     journals: HashMap<u32, (MappedJournal, JournalCursor)>,
+    /// Per journal, its process's namespace thread ids → the host's (the shim writes the
+    /// former; everything else here is the latter).
+    ns_tids: HashMap<u32, crate::process::ns_tids::NsTids>,
     /// When set, every call, launch and kernel drained is also appended here as a trace
     /// event (for `trace` and the flight recorder); the consumer empties it each tick.
     pub tap: Option<Vec<TraceEvent>>,
@@ -121,11 +124,11 @@ pub struct Exited {
 }
 
 impl Collector {
-    /// (pid, journal path) of every journal being read now.
-    pub fn journal_paths(&self) -> Vec<(u32, String)> {
+    /// (pid, where it maps its journal) of every journal being read now.
+    pub fn journal_mappings(&self) -> Vec<(u32, crate::process::target::Mapping)> {
         self.journals
             .iter()
-            .map(|(pid, (j, _))| (*pid, j.path.clone()))
+            .map(|(pid, (j, _))| (*pid, j.mapping.clone()))
             .collect()
     }
 
@@ -150,6 +153,7 @@ impl Collector {
             last_offcpu_scan_ns: 0,
             last_prune_ns: 0,
             journals: HashMap::new(),
+            ns_tids: HashMap::new(),
             tap: None,
             max_records_per_poll: u64::MAX,
             heads_every_ns: 0,
@@ -165,7 +169,7 @@ impl Collector {
         let pid = target.pid;
         // The journal first: only a journal that validates lets the launch probes stay off.
         if let Some(mapping) = target.journal.clone() {
-            self.open_journal(pid, &mapping.path);
+            self.open_journal(pid, &mapping);
         }
         // A shim that no longer records (released, off) leaves launches to the probes.
         let journal_ok = self.journals.get(&pid).is_some_and(|(j, _)| {
@@ -200,8 +204,8 @@ impl Collector {
     /// Opens a target's shim journal; a rejected one is reported, and eBPF carries on alone.
     /// A journal caught between its creation and its header (the shim sizes the file, then
     /// writes the header) is retried for up to 500 ms.
-    fn open_journal(&mut self, pid: u32, path: &str) {
-        let mut opened = MappedJournal::open(pid, path);
+    fn open_journal(&mut self, pid: u32, at: &crate::process::target::Mapping) {
+        let mut opened = MappedJournal::open(pid, at);
         for _ in 0..10 {
             let incomplete = opened.as_ref().err().is_some_and(|e| {
                 matches!(
@@ -216,7 +220,7 @@ impl Collector {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
-            opened = MappedJournal::open(pid, path);
+            opened = MappedJournal::open(pid, at);
         }
         match opened {
             Ok(j) => {
@@ -224,7 +228,11 @@ impl Collector {
             }
             Err(e) => {
                 let info = JournalInfo {
-                    path: path.to_string(),
+                    path: at
+                        .path
+                        .trim_start_matches('/')
+                        .trim_end_matches(" (deleted)")
+                        .into(),
                     status: JournalStatus::Rejected(format!("{e:#}")),
                     ..JournalInfo::default()
                 };
@@ -235,8 +243,14 @@ impl Collector {
 
     fn read_journals(&mut self, now_ns: u64) {
         let mut stopped_pids = Vec::new();
+        let journals = &self.journals;
+        self.ns_tids.retain(|pid, _| journals.contains_key(pid));
         for (&pid, (journal, cursor)) in self.journals.iter_mut() {
             let view = journal.view();
+            let tids = self
+                .ns_tids
+                .entry(pid)
+                .or_insert_with(|| crate::process::ns_tids::NsTids::new(pid));
             // The newest sign of GPU work among the records read, at its own time: the first
             // read after attach holds records from before it, which must not count as now.
             let mut moved_at = 0u64;
@@ -277,6 +291,8 @@ impl Collector {
                     run.push(r.end_ns.saturating_sub(r.start_ns));
                 }
                 if let Some(tap) = &mut self.tap {
+                    let mut r = r;
+                    r.tid = tids.host(r.tid, now_ns);
                     tap.push(trace_event(pid, &r, name));
                 }
             }
@@ -293,18 +309,24 @@ impl Collector {
             if stopped {
                 stopped_pids.push(pid);
             }
-            let heads = if stopped {
+            let mut heads = if stopped {
                 Vec::new()
             } else {
                 cursor.heads_every(pid, view, now_ns, self.heads_every_ns)
             };
+            for h in &mut heads {
+                h.tid = tids.host(h.tid, now_ns);
+            }
             self.model.kernels.insert(pid, heads);
             lap.mark(&mut self.phases[5]);
-            let calls = if stopped {
+            let mut calls = if stopped {
                 Vec::new()
             } else {
                 view.threads_in_calls()
             };
+            for c in &mut calls {
+                c.tid = tids.host(c.tid, now_ns);
+            }
             self.model.set_journal_calls(pid, &calls, now_ns);
             let heartbeat = view.heartbeat_ns();
             self.model.journals.insert(
@@ -589,7 +611,7 @@ impl Collector {
                 && !self.model.journals.contains_key(&pid)
                 && let Some(m) = crate::process::target::find_journal(pid)
             {
-                self.open_journal(pid, &m.path);
+                self.open_journal(pid, &m);
                 self.journal_known(pid);
             }
             let Some(p) = self.model.procs.get_mut(&pid) else {

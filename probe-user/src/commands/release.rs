@@ -19,7 +19,7 @@ pub fn run(pid: u32, out: &mut impl Write) -> Result<(), Error> {
     }
     let mapping = target::find_journal(pid).ok_or(ProbeError::NoJournal { pid })?;
     // Validates ownership, mode and header before anything is written.
-    let journal = MappedJournal::open(pid, &mapping.path).map_err(Error::Internal)?;
+    let journal = MappedJournal::open(pid, &mapping).map_err(Error::Internal)?;
     if journal.view().shim_released() {
         writeln!(out, "pid {pid}: the shim had already released CUPTI")?;
         return Ok(());
@@ -28,7 +28,7 @@ pub fn run(pid: u32, out: &mut impl Write) -> Result<(), Error> {
         writeln!(out, "pid {pid}: the shim is off; CUPTI is free")?;
         return Ok(());
     }
-    control::request(pid, &mapping.path).map_err(Error::Internal)?;
+    control::request(pid, &mapping).map_err(Error::Internal)?;
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(3) {
         if journal.view().shim_released() {

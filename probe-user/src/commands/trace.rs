@@ -59,7 +59,7 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
     let mut lease = crate::journal::control::PerKernelLease::new();
     let now = loop {
         let now = sys::monotonic_ns();
-        lease.renew(&engine.collector.journal_paths(), now);
+        lease.renew(&engine.collector.journal_mappings(), now);
         let tick = engine.tick(now);
         exited.extend(tick.events.iter().filter_map(|e| match e {
             crate::engine::Event::Exited { pid, .. } => Some(*pid),

@@ -208,9 +208,7 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
     commit::validate(&target, words)?;
     let hooks = commit::write_all(pid, words, &ran.cave)?;
     // The shim's flush thread checks every 10–100 ms.
-    let journal = probe_common::journal::FILE_PREFIX.to_string()
-        + &pid.to_string()
-        + probe_common::journal::FILE_SUFFIX;
+    let journal = format!("memfd:{}", probe_common::journal::MEMFD_NAME);
     let recording = wait_recording(pid, Duration::from_secs(3));
     if !recording {
         return Err(InjectError::Failed(format!(
@@ -233,7 +231,7 @@ fn wait_recording(pid: u32, wait: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < wait {
         if let Some(m) = crate::process::target::find_journal(pid)
-            && let Ok(j) = crate::journal::MappedJournal::open(pid, &m.path)
+            && let Ok(j) = crate::journal::MappedJournal::open(pid, &m)
             && j.view().header().state == probe_common::journal::STATE_RECORDING
         {
             return true;

@@ -17,7 +17,7 @@ use std::{
 use anyhow::Context as _;
 use probe_common::journal::{CONTROL_RELEASE, Header};
 
-use crate::sys::Mapping;
+use crate::{process::target::Mapping as TargetMapping, sys::Mapping};
 
 /// A lease on per-kernel completion records in the targets' shims, held by `trace`: a shim that
 /// records with stream marks (the default) names every kernel on the GPU tracks only with
@@ -41,12 +41,12 @@ impl PerKernelLease {
     /// Leases per-kernel records from every journal in `journals` (pid, path) until
     /// `now_ns + LEASE`; journals not leased yet are mapped first (one that cannot be is
     /// skipped: the trace then has what marks give).
-    pub fn renew(&mut self, journals: &[(u32, String)], now_ns: u64) {
-        for (pid, path) in journals {
+    pub fn renew(&mut self, journals: &[(u32, TargetMapping)], now_ns: u64) {
+        for (pid, at) in journals {
             if self.headers.iter().any(|(p, _)| p == pid) {
                 continue;
             }
-            if let Ok(map) = map_header(*pid, path) {
+            if let Ok(map) = map_header(*pid, at) {
                 self.headers.push((*pid, map));
             }
         }
@@ -85,19 +85,17 @@ fn store_lease(map: &Mapping, until_ns: u64) {
 }
 
 /// Maps the journal header of `pid` read-write (shared), for the words the reader writes.
-fn map_header(pid: u32, path: &str) -> anyhow::Result<Mapping> {
-    let host_path = format!("/proc/{pid}/root{path}");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&host_path)
-        .with_context(|| format!("cannot open {path} for writing"))?;
+fn map_header(pid: u32, at: &TargetMapping) -> anyhow::Result<Mapping> {
+    let (file, len) = super::target_file::open(pid, at, true)?;
+    if len < size_of::<Header>() {
+        anyhow::bail!("pid {pid}'s journal is shorter than its header");
+    }
     Mapping::of_file(&file, size_of::<Header>(), true).context("cannot map the journal header")
 }
 
 /// Sets `CONTROL_RELEASE` in the journal's header, through a shared writable mapping of it.
-pub fn request(pid: u32, path: &str) -> anyhow::Result<()> {
-    let map = map_header(pid, path)?;
+pub fn request(pid: u32, at: &TargetMapping) -> anyhow::Result<()> {
+    let map = map_header(pid, at)?;
     // SAFETY: `control` is an 8-aligned word inside the mapped header (the header was
     // validated by MappedJournal::open); the shim reads it atomically.
     unsafe {

@@ -8,6 +8,7 @@
 
 pub mod control;
 pub mod heads;
+pub mod target_file;
 
 use std::{
     mem::size_of,
@@ -460,36 +461,21 @@ pub struct MappedJournal {
     /// Declared before `map`: the view points into it.
     view: JournalView,
     _map: crate::sys::Mapping,
+    /// Where the target maps it (its address range names it to `/proc/PID/map_files`).
+    pub mapping: crate::process::target::Mapping,
+    /// What a user is shown: `memfd:wedgeprobe-journal`, as `ls -l /proc/PID/fd` prints it.
     pub path: String,
 }
 
 impl MappedJournal {
-    /// Opens the journal a target maps at `mapping.path` (through /proc/PID/root, so a
-    /// container's /dev/shm is the one read). Refuses a file the target's user does not own
-    /// or that others can write, then validates the header.
-    pub fn open(pid: u32, path: &str) -> anyhow::Result<Self> {
+    /// Opens the journal `pid` maps at `mapping` (`target_file`: owner, mode and seals
+    /// checked), then validates its header, and that the target made it: a forked child
+    /// that still maps its parent's journal is not the process it records.
+    pub fn open(pid: u32, mapping: &crate::process::target::Mapping) -> anyhow::Result<Self> {
         use anyhow::Context as _;
-        use std::os::unix::fs::MetadataExt as _;
-        let host_path = format!("/proc/{pid}/root{path}");
-        let file =
-            std::fs::File::open(&host_path).with_context(|| format!("cannot open {path}"))?;
-        let meta = file.metadata()?;
-        let uid = process_uid(pid).context("cannot read the target's uid")?;
-        if meta.uid() != uid {
-            anyhow::bail!(
-                "{path} is owned by uid {}, not by the target's uid {uid}",
-                meta.uid()
-            );
-        }
-        if meta.mode() & 0o022 != 0 {
-            anyhow::bail!(
-                "{path} is writable by other users (mode {:o})",
-                meta.mode() & 0o777
-            );
-        }
-        let len = usize::try_from(meta.len()).context("journal size")?;
+        let path = shown_path(&mapping.path);
+        let (file, len) = target_file::open(pid, mapping, false)?;
         if len < size_of::<Header>() {
-            // Also what a journal looks like between its creation and its sizing.
             return Err(
                 anyhow::Error::from(JournalError::TooShort { len: len as u64 })
                     .context(format!("{path} rejected")),
@@ -500,16 +486,26 @@ impl MappedJournal {
         }
         let map =
             crate::sys::Mapping::of_file(&file, len, false).context("cannot map the journal")?;
-        // SAFETY: the mapping is page-aligned, `len` bytes, and lives as long as `self`. A
-        // file truncated under us would fault on access; the writer never truncates.
-        match unsafe { JournalView::new(map.as_ptr(), len) } {
-            Ok(view) => Ok(Self {
-                view,
-                _map: map,
-                path: path.to_string(),
-            }),
-            Err(e) => Err(anyhow::Error::from(e).context(format!("{path} rejected"))),
+        // SAFETY: the mapping is page-aligned, `len` bytes, and lives as long as `self`; the
+        // file's size is sealed (`target_file::open` checked), so it cannot shrink under it.
+        let view = match unsafe { JournalView::new(map.as_ptr(), len) } {
+            Ok(view) => view,
+            Err(e) => return Err(anyhow::Error::from(e).context(format!("{path} rejected"))),
+        };
+        let own = target_file::pid_in_namespace(pid);
+        if view.header().pid != own {
+            anyhow::bail!(
+                "{path} was made by pid {} (as its namespace numbers it), not by this process \
+                 ({own}): inherited through fork or clone; a forked child is not recorded",
+                view.header().pid
+            );
         }
+        Ok(Self {
+            view,
+            _map: map,
+            mapping: mapping.clone(),
+            path,
+        })
     }
 
     pub fn view(&self) -> &JournalView {
@@ -517,16 +513,12 @@ impl MappedJournal {
     }
 }
 
-/// The real uid of a process (first field of `Uid:` in /proc/PID/status).
-fn process_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+/// `/memfd:wedgeprobe-journal (deleted)` as a user knows it: `memfd:wedgeprobe-journal`.
+fn shown_path(maps_path: &str) -> String {
+    maps_path
+        .trim_start_matches('/')
+        .trim_end_matches(" (deleted)")
+        .to_string()
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod code;
 pub mod libcuda;
+pub mod ns_tids;
 pub mod pystack;
 pub mod stackscan;
 pub mod target;

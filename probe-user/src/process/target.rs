@@ -17,6 +17,9 @@ pub struct Mapping {
     /// File offset of `start`.
     pub offset: u64,
     pub executable: bool,
+    /// The mapped file's inode (0 for anonymous memory): tells a journal's descriptor among
+    /// the process's open files.
+    pub inode: u64,
     pub path: String,
 }
 
@@ -203,12 +206,9 @@ pub fn find_journal(pid: u32) -> Option<Mapping> {
         .find(|m| is_journal(&m.path))
 }
 
-/// A shim journal's path (`probe_common::journal::FILE_PREFIX`), not a deleted one.
+/// A shim journal's mapping (`probe_common::journal::MAPS_PATH`: a memfd of that name).
 pub fn is_journal(path: &str) -> bool {
-    use probe_common::journal::{FILE_PREFIX, FILE_SUFFIX};
-    path.strip_prefix(FILE_PREFIX)
-        .and_then(|rest| rest.strip_suffix(FILE_SUFFIX))
-        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    path == probe_common::journal::MAPS_PATH
 }
 
 /// `libcuda.so`, `libcuda.so.1`, `libcuda.so.580.159.04`; not `libcudart` or `libcudnn`.
@@ -233,7 +233,7 @@ fn read_comm(path: &std::path::Path) -> Option<String> {
 pub fn parse_maps_line(line: &str) -> Option<Mapping> {
     let mut f = line.splitn(6, ' ');
     let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
-    let (_dev, _inode) = (f.next()?, f.next()?);
+    let (_dev, inode) = (f.next()?, f.next()?);
     let path = f.next().unwrap_or("").trim_start().to_string();
     let (s, e) = range.split_once('-')?;
     let start = u64::from_str_radix(s, 16).ok()?;
@@ -246,6 +246,7 @@ pub fn parse_maps_line(line: &str) -> Option<Mapping> {
         end,
         offset: u64::from_str_radix(offset, 16).ok()?,
         executable: perms.as_bytes().get(2) == Some(&b'x'),
+        inode: inode.parse().ok()?,
         path,
     })
 }
@@ -309,10 +310,16 @@ mod tests {
 
     #[test]
     fn journal_paths() {
-        assert!(is_journal("/dev/shm/wedgeprobe-4242.journal"));
-        assert!(!is_journal("/dev/shm/wedgeprobe-4242.journal (deleted)"));
-        assert!(!is_journal("/dev/shm/wedgeprobe-.journal"));
-        assert!(!is_journal("/tmp/wedgeprobe-1.journal"));
+        assert!(is_journal("/memfd:wedgeprobe-journal (deleted)"));
+        assert!(!is_journal("/memfd:wedgeprobe-journal"));
+        assert!(!is_journal("/dev/shm/wedgeprobe-4242.journal"));
+        assert!(!is_journal("/memfd:other (deleted)"));
+        let m = parse_maps_line(
+            "7f1c2a000000-7f1c2a3b0000 rw-s 00000000 00:01 48213                      /memfd:wedgeprobe-journal (deleted)",
+        )
+        .expect("parses");
+        assert_eq!(m.inode, 48213);
+        assert!(is_journal(&m.path), "{}", m.path);
     }
 
     #[test]
