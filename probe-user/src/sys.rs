@@ -33,6 +33,12 @@ pub struct Mapping {
     len: usize,
 }
 
+// SAFETY: a mapping is process-wide memory, unmapped once (on drop); what is read through it
+// is read with atomic loads (`journal::JournalView`), so it may be used from any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
 impl Mapping {
     /// Maps `len` bytes of `file` from offset 0, shared; `writable` adds PROT_WRITE.
     pub fn of_file(file: &std::fs::File, len: usize, writable: bool) -> io::Result<Self> {

@@ -245,6 +245,10 @@ int main(int argc, char **argv) {
         }
         waitpid(c, NULL, 0);
     }
+    /* SIMWORKER_LAUNCH_DELAY_MS: CUDA set up (the shim's journal made), then a pause before
+     * the mode runs: time for a tracer to find the journal before the first launch. */
+    const char *launch_delay = getenv("SIMWORKER_LAUNCH_DELAY_MS");
+    if (launch_delay) usleep(atoi(launch_delay) * 1000);
     const char *pace = getenv("SIMWORKER_PACE_US");
     int pace_us = pace ? atoi(pace) : 50;
     double start = now_s();

@@ -47,7 +47,9 @@ pub struct Collector {
     last_offcpu_scan_ns: u64,
     last_prune_ns: u64,
     /// Open shim journals by pid.
-    journals: HashMap<u32, (MappedJournal, JournalCursor)>,
+    journals: HashMap<u32, (Arc<MappedJournal>, JournalCursor)>,
+    /// While a trace runs: the rings are read on a thread of their own (`ring_pump`).
+    pump: Option<super::ring_pump::RingPump>,
     /// Per journal, its process's namespace thread ids → the host's (the shim writes the
     /// former; everything else here is the latter).
     ns_tids: HashMap<u32, crate::process::ns_tids::NsTids>,
@@ -124,6 +126,24 @@ pub struct Exited {
 }
 
 impl Collector {
+    /// Reads the journals' rings on a thread of its own from now on (`ring_pump`: what a
+    /// trace needs to keep every record); `Err` if the thread cannot start.
+    pub fn start_ring_pump(&mut self) -> std::io::Result<()> {
+        let pump = super::ring_pump::RingPump::start()?;
+        for (&pid, (j, cursor)) in &self.journals {
+            pump.add(pid, j.clone(), cursor.next_index());
+        }
+        self.pump = Some(pump);
+        Ok(())
+    }
+
+    fn forget_journal(&mut self, pid: u32) {
+        self.journals.remove(&pid);
+        if let Some(p) = &self.pump {
+            p.remove(pid);
+        }
+    }
+
     /// (pid, where it maps its journal) of every journal being read now.
     pub fn journal_mappings(&self) -> Vec<(u32, crate::process::target::Mapping)> {
         self.journals
@@ -154,6 +174,7 @@ impl Collector {
             last_prune_ns: 0,
             journals: HashMap::new(),
             ns_tids: HashMap::new(),
+            pump: None,
             tap: None,
             max_records_per_poll: u64::MAX,
             heads_every_ns: 0,
@@ -179,7 +200,7 @@ impl Collector {
         let attached = match self.probe.attach(&target, launch_returns, journal_ok) {
             Ok(a) => a,
             Err(e) => {
-                self.journals.remove(&pid);
+                self.forget_journal(pid);
                 self.model.journals.remove(&pid);
                 return Err(e);
             }
@@ -224,7 +245,18 @@ impl Collector {
         }
         match opened {
             Ok(j) => {
-                self.journals.insert(pid, (j, JournalCursor::default()));
+                let j = Arc::new(j);
+                // While a trace runs, a journal made after it began is read from its first
+                // record: what its ring overwrote before this read is the trace's loss.
+                let cursor = if self.pump.is_some() {
+                    JournalCursor::default()
+                } else {
+                    JournalCursor::starting_at(j.view())
+                };
+                if let Some(p) = &self.pump {
+                    p.add(pid, j.clone(), cursor.next_index());
+                }
+                self.journals.insert(pid, (j, cursor));
             }
             Err(e) => {
                 let info = JournalInfo {
@@ -242,10 +274,19 @@ impl Collector {
     }
 
     fn read_journals(&mut self, now_ns: u64) {
+        self.read_journals_of(None, now_ns);
+    }
+
+    /// Reads every journal, or `only` that one for the last time (its process exited: the
+    /// ring pump's buffer and what it had not read yet are taken whole).
+    fn read_journals_of(&mut self, only: Option<u32>, now_ns: u64) {
         let mut stopped_pids = Vec::new();
         let journals = &self.journals;
         self.ns_tids.retain(|pid, _| journals.contains_key(pid));
         for (&pid, (journal, cursor)) in self.journals.iter_mut() {
+            if only.is_some_and(|o| o != pid) {
+                continue;
+            }
             let view = journal.view();
             let tids = self
                 .ns_tids
@@ -259,7 +300,27 @@ impl Collector {
             let mut last: Option<(u32, Arc<str>)> = None;
             let mut run: Vec<u64> = Vec::new();
             let mut lap = Lap::start();
-            let records = cursor.advance_at_most(view, self.max_records_per_poll);
+            let records = match &self.pump {
+                Some(pump) if pump.has(pid) => {
+                    let taken = if only.is_some() {
+                        pump.take_last(pid)
+                    } else {
+                        pump.take(pid)
+                    };
+                    if let Some(tap) = &mut self.tap {
+                        tap.extend(taken.gaps.iter().map(|g| {
+                            TraceEvent::Lost(event::LostRecords {
+                                pid,
+                                ts_ns: g.at_ns,
+                                overwritten: g.overwritten,
+                                buffer_full: g.buffer_full,
+                            })
+                        }));
+                    }
+                    cursor.absorb(view, taken.read)
+                }
+                _ => cursor.advance_at_most(view, self.max_records_per_poll),
+            };
             lap.mark(&mut self.phases[3]);
             for r in records {
                 if r.kind == RECORD_SYNCED {
@@ -602,7 +663,9 @@ impl Collector {
                     comm: p.target.comm.clone(),
                 });
                 self.probe.detach(pid);
-                self.journals.remove(&pid);
+                // Its last records (the mapping outlives the process).
+                self.read_journals_of(Some(pid), now_ns);
+                self.forget_journal(pid);
                 self.model.kernels.remove(&pid);
                 continue;
             }
@@ -666,7 +729,7 @@ impl Collector {
     pub fn forget(&mut self, pid: u32) {
         self.probe.detach(pid);
         self.launches_by_journal.remove(&pid);
-        self.journals.remove(&pid);
+        self.forget_journal(pid);
         self.names.retain(|(p, _), _| *p != pid);
         self.model.forget(pid);
     }

@@ -38,10 +38,19 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
     };
     signals::install();
     let bound_ns = settings.blocked_after_ns();
+    let mut collector = session.collector;
+    // The rings are read on a thread of their own while the trace runs: a tick (50 ms, more
+    // while JSON is written) is longer than one lap of a ring at graph-replay rates.
+    if let Err(e) = collector.start_ring_pump() {
+        writeln!(
+            out,
+            "wedgeprobe: cannot start the ring reader ({e}); records the ring overwrites between ticks are counted as lost"
+        )?;
+    }
     let mut sorter = Sorter::new(REORDER_NS);
     let start = sys::monotonic_ns();
     let mut engine = Engine::new(
-        session.collector,
+        collector,
         session.facts,
         Pipeline::new(settings),
         EngineOptions {
@@ -103,6 +112,7 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
         write_error = Some(err);
     }
     let events = trace.events;
+    let (launches, kernels, lost) = (trace.launches, trace.kernels, trace.lost);
     let path = trace.path().to_path_buf();
     let finished = trace.finish();
     let mode = if engine.collector.model.journal_read() {
@@ -125,6 +135,20 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
             *bytes as f64 / (1 << 20) as f64,
             path.display()
         )?;
+        if engine.collector.model.journal_read() {
+            let completeness = if lost == 0 {
+                "no journal record lost".to_string()
+            } else {
+                format!(
+                    "{lost} journal records LOST (the trace could not keep up; each gap is a \
+                     `journal records lost` marker on its process)"
+                )
+            };
+            writeln!(
+                out,
+                "kept {launches} launches and {kernels} kernel executions from the journals; {completeness}"
+            )?;
+        }
     }
     out.flush()?;
     // Detaching takes seconds (Probe::detach): let a pipeline reading us finish first, and

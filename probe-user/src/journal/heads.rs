@@ -105,6 +105,33 @@ impl JournalCursor {
             self.next = from;
         }
         let read = view.ring_since(self.next);
+        self.absorb(view, read)
+    }
+
+    /// A cursor for a journal opened now: it starts at the oldest record the ring still
+    /// holds. What the ring overwrote before wedgeprobe attached was never wedgeprobe's to
+    /// read; counted as `lost` it made every report of a process that had launched for a
+    /// while say records were lost.
+    pub fn starting_at(view: &JournalView) -> Self {
+        let cap = u64::from(view.layout().ring_cap);
+        Self {
+            next: view.header_now_ring_head().saturating_sub(cap),
+            ..Self::default()
+        }
+    }
+
+    /// Where the next read of the ring starts (a `RingPump` taking over starts here).
+    pub fn next_index(&self) -> u64 {
+        self.next
+    }
+
+    /// Takes in what was read of the ring (by `advance_at_most`, or by a `RingPump` on its
+    /// own thread): what it proves done, marks, losses. Returns the records.
+    pub fn absorb(
+        &mut self,
+        view: &JournalView,
+        read: crate::journal::RingRead,
+    ) -> Vec<RingRecord> {
         self.next = read.next;
         self.lost += read.lost;
         for r in read.records.iter().filter(|r| r.kind == RECORD_SYNCED) {

@@ -64,6 +64,12 @@ pub struct JournalView {
     header: Header,
 }
 
+// SAFETY: the view only ever loads words atomically from memory that stays mapped while it
+// lives (`JournalView::new`'s contract); a `RingPump` reads the ring from its own thread.
+unsafe impl Send for JournalView {}
+// SAFETY: as above: every access is an atomic load.
+unsafe impl Sync for JournalView {}
+
 /// A kernel node of a CUDA graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphNode {
@@ -326,6 +332,10 @@ impl JournalView {
     }
 
     /// Records ever written to the ring (its head index now).
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
     pub fn header_now_ring_head(&self) -> u64 {
         self.header_now().ring_head
     }

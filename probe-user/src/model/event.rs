@@ -16,6 +16,18 @@ pub enum TraceEvent {
     Counter(Counter),
     /// The verdict changed.
     Verdict(VerdictMark),
+    /// Journal records that never reached the trace (`collect::ring_pump`), where they were.
+    Lost(LostRecords),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LostRecords {
+    pub pid: u32,
+    pub ts_ns: u64,
+    /// Overwritten in the journal's ring before they were read.
+    pub overwritten: u64,
+    /// Read while the reader's buffer was full (the trace writer fell behind).
+    pub buffer_full: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -90,6 +102,7 @@ impl TraceEvent {
             Self::Kernel(k) => k.start_ns,
             Self::Counter(c) => c.ts_ns,
             Self::Verdict(v) => v.ts_ns,
+            Self::Lost(l) => l.ts_ns,
         }
     }
 
@@ -100,6 +113,7 @@ impl TraceEvent {
             Self::Kernel(k) => k.pid,
             Self::Counter(c) => c.pid,
             Self::Verdict(v) => v.pid,
+            Self::Lost(l) => l.pid,
         }
     }
 }

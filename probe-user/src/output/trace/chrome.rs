@@ -63,6 +63,13 @@ pub struct ChromeTrace {
     good_len: u64,
     first: bool,
     pub events: u64,
+    /// What the trace holds and lacks, for its summary line: launches, kernel executions,
+    /// and journal records lost before they reached it (`TraceEvent::Lost`).
+    pub launches: u64,
+    pub kernels: u64,
+    pub lost: u64,
+    /// Records lost so far per process, drawn as a counter beside each gap's marker.
+    lost_by_pid: std::collections::HashMap<u32, u64>,
     tracks: HashSet<(u64, u64)>,
     processes: HashSet<u64>,
     flows: HashSet<u64>,
@@ -115,6 +122,10 @@ impl ChromeTrace {
             good_len: 0,
             first: true,
             events: 0,
+            launches: 0,
+            kernels: 0,
+            lost: 0,
+            lost_by_pid: Default::default(),
             tracks: HashSet::new(),
             processes: HashSet::new(),
             flows: HashSet::new(),
@@ -306,6 +317,7 @@ impl ChromeTrace {
                 self.end()
             }
             TraceEvent::Launch(l) => {
+                self.launches += 1;
                 self.host_track(l.pid, l.tid, names)?;
                 let id = flow_id(l.pid, l.correlation);
                 self.remember_flow(id);
@@ -335,6 +347,7 @@ impl ChromeTrace {
                 self.end()
             }
             TraceEvent::Kernel(k) => {
+                self.kernels += u64::from(k.end_ns.is_some());
                 let (pid, tid) = (gpu_pid(k.device), stream_tid(k.pid, k.stream_id));
                 let comm = names.processes.get(&k.pid).cloned().unwrap_or_default();
                 self.ensure_track(
@@ -399,6 +412,26 @@ impl ChromeTrace {
                 self.ensure_process(pid, names)?;
                 self.push(&json!({"ph": "C", "name": c.name, "pid": pid, "tid": 0,
                     "ts": us(c.ts_ns), "args": {"value": c.value}}))
+            }
+            TraceEvent::Lost(l) => {
+                let n = l.overwritten + l.buffer_full;
+                self.lost += n;
+                let total = {
+                    let t = self.lost_by_pid.entry(l.pid).or_insert(0);
+                    *t += n;
+                    *t
+                };
+                self.ensure_process(l.pid as u64, names)?;
+                self.push(&json!({"ph": "i", "s": "p", "cat": "lost",
+                    "name": format!("{n} journal records lost"), "pid": l.pid, "tid": 0,
+                    "ts": us(l.ts_ns),
+                    "args": {"overwritten_in_ring": l.overwritten,
+                             "reader_buffer_full": l.buffer_full,
+                             "lost_so_far": total}}))?;
+                self.push(
+                    &json!({"ph": "C", "name": "journal records lost", "pid": l.pid,
+                    "tid": 0, "ts": us(l.ts_ns), "args": {"value": total}}),
+                )
             }
             TraceEvent::Verdict(m) => {
                 self.ensure_process(m.pid as u64, names)?;
