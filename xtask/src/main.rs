@@ -1,10 +1,12 @@
 //! Developer tasks, so that every workflow is one `cargo xtask …` command:
-//! `demo` (the README's first command), `test` (the second), `bench`.
+//! `demo` (the README's first command), `test` (the second), `bench`, `gpu-pack` (the GPU
+//! harness's folder).
 
 mod answer;
 mod bench;
 mod codegen;
 mod demo;
+mod gpu_pack;
 
 use std::process::Command;
 
@@ -26,6 +28,12 @@ enum Task {
     Test,
     /// Launches per second with and without wedgeprobe attached, on the simulated driver.
     Bench(bench::Args),
+    /// Pack the release binaries and the GPU sources for the GPU harness (docs/development.md).
+    GpuPack {
+        /// The folder to fill (emptied first); `.gpu-pack` is ignored by git.
+        #[arg(default_value = ".gpu-pack")]
+        dir: std::path::PathBuf,
+    },
     /// Regenerate cupti-sys/src/bindings.rs from the pinned CUPTI headers (needs pip, libclang).
     Codegen,
 }
@@ -37,6 +45,7 @@ fn main() {
         Task::Test => test(),
         Task::Bench(args) => bench::run(&args),
         Task::Codegen => codegen::run_codegen(),
+        Task::GpuPack { dir } => gpu_pack::pack(&dir),
     };
     if let Err(e) = result {
         eprintln!("xtask: {e:#}");

@@ -1,0 +1,684 @@
+"""The GPU harness: every GPU check of wedgeprobe, and its cost, in one call on the GPU machine.
+
+Packed on the development machine by `cargo xtask gpu-pack DIR` (release binaries, these
+sources); run on the GPU machine as
+
+    DIR/run [SCENARIO…] [--quick] [--out OUT]       (OUT defaults to $OUT)
+
+Each scenario starts a reproducer that releases itself (a host-pinned flag written by a CPU
+thread, and a %globaltimer deadline in the CUDA ones), asks wedgeprobe, and checks its JSON
+answer against what must be true: verdict kind, kernel name, the blocked thread's API and a
+lower bound on its time in the call, queue depth, rank. What comes back, in OUT: results.json
+(every check, every answer), summary.md (one line a scenario), logs.tar.gz (everything else).
+
+`DIR/run --list` names the scenarios. Without names: every scenario of the default set
+(`soak` scenarios only by name: each takes minutes).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACK = os.path.dirname(HERE)
+NVCC = "/usr/local/cuda/bin/nvcc"
+# attach checks that the shim's directory is root-owned and not writable by others.
+INSTALL = "/opt/wedgeprobe-harness"
+SCENARIOS = {}
+
+
+def scenario(name, sets=("default",), quick=True):
+    """Registers a scenario; `sets` it runs in, `quick` whether `--quick` keeps it."""
+
+    def reg(f):
+        SCENARIOS[name] = (f, sets, quick, (f.__doc__ or "").strip().split("\n")[0])
+        return f
+
+    return reg
+
+
+class Run:
+    """One scenario's run: its processes, logs and checks."""
+
+    def __init__(self, h, name):
+        self.h, self.name = h, name
+        self.checks, self.answers, self.report_wall_s, self.notes = [], [], [], []
+        self.procs = []
+
+    def log(self, suffix):
+        return os.path.join(self.h.logs, f"{self.name}.{suffix}")
+
+    def start(self, cmd, env=None, shim=False, suffix="proc", **kw):
+        e = dict(os.environ, PYTHONUNBUFFERED="1")
+        if shim:
+            e["CUDA_INJECTION64_PATH"] = self.h.shim
+        e.update(env or {})
+        out = open(self.log(suffix + ".out"), "w")
+        err = open(self.log(suffix + ".err"), "w")
+        p = subprocess.Popen(cmd, env=e, stdout=out, stderr=err, cwd=HERE, **kw)
+        p.suffix = suffix
+        self.procs.append(p)
+        return p
+
+    def wait_line(self, p, text, timeout=120):
+        """Waits until the process's stdout has `text`; returns the line."""
+        path = self.log(p.suffix + ".out")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            with open(path) as f:
+                for line in f:
+                    if text in line:
+                        return line
+            if p.poll() is not None:
+                break
+            time.sleep(0.1)
+        return None
+
+    def wp(self, *args, timeout=120):
+        t0 = time.monotonic()
+        r = subprocess.run([self.h.wp, *args], capture_output=True, text=True, timeout=timeout)
+        return r, time.monotonic() - t0
+
+    def report(self, pids, *args):
+        """`wedgeprobe report --json` of `pids`; the answer is kept, and its wall time."""
+        a = []
+        for p in pids:
+            a += ["--pid", str(p)]
+        r, wall = self.wp("report", "--json", *a, *args)
+        self.report_wall_s.append(round(wall, 2))
+        try:
+            ans = json.loads(r.stdout)
+        except ValueError:
+            ans = {"error": r.stderr.strip()[-800:], "exit": r.returncode}
+        self.answers.append(ans)
+        with open(self.log(f"report{len(self.answers)}.json"), "w") as f:
+            json.dump(ans, f, indent=1)
+        return ans
+
+    def check(self, what, ok, got=None):
+        self.checks.append({"what": what, "ok": bool(ok), "got": got})
+        return ok
+
+    def exit_code(self, p, timeout=120):
+        try:
+            return p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            return "timeout"
+
+    def out(self, p):
+        with open(self.log(p.suffix + ".out")) as f:
+            return f.read()
+
+    def err(self, p):
+        with open(self.log(p.suffix + ".err")) as f:
+            return f.read()
+
+    def finish(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+class Harness:
+    def __init__(self, out, quick):
+        self.out, self.quick = out, quick
+        self.logs = os.path.join(out, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        os.makedirs(INSTALL, exist_ok=True)
+        os.chmod(INSTALL, 0o755)
+        for f in ("wedgeprobe", "libcupti_shim.so"):
+            shutil.copy(os.path.join(PACK, "bin", f), INSTALL)
+            os.chmod(os.path.join(INSTALL, f), 0o755)
+        self.wp = os.path.join(INSTALL, "wedgeprobe")
+        self.shim = os.path.join(INSTALL, "libcupti_shim.so")
+        self.bin = "/tmp/wedgeprobe-harness-bin"
+        os.makedirs(self.bin, exist_ok=True)
+        if not os.path.exists("/sys/kernel/tracing/uprobe_events"):
+            subprocess.run(["mount", "-t", "tracefs", "tracefs", "/sys/kernel/tracing"])
+        self.built = {}
+
+    def cuda(self, name, libs=("-lpthread",)):
+        """Builds gpu/NAME.cu once; its path, or None (the failure is in the build log)."""
+        if name not in self.built:
+            exe = os.path.join(self.bin, name)
+            r = subprocess.run([NVCC, "-O2", "-arch=sm_90", "-o", exe, f"{name}.cu", *libs],
+                               cwd=HERE, capture_output=True, text=True)
+            with open(os.path.join(self.logs, f"build-{name}.log"), "w") as f:
+                f.write(r.stdout + r.stderr)
+            self.built[name] = exe if r.returncode == 0 else None
+        return self.built[name]
+
+
+# What the answers hold.
+def head(ans):
+    k = (ans.get("kernels") or [{}])[0]
+    return k or {}
+
+
+def thread_in(ans, api_prefix):
+    for t in ans.get("threads", []):
+        if (t.get("api") or "").startswith(api_prefix):
+            return t
+    return None
+
+
+def names_kernel(ans, needle):
+    """The stuck head names `needle` exactly, or lists it among its candidates."""
+    k = head(ans)
+    if needle in (k.get("kernel") or ""):
+        return "exact" if k.get("exact") else "head"
+    for c in k.get("candidates", []):
+        if needle in (c.get("kernel") or ""):
+            return "candidate"
+    g = k.get("graph") or {}
+    for n in g.get("not_completed", []):
+        if needle in (n.get("kernel") or ""):
+            return "graph node"
+    return None
+
+
+def check_wedge(run, ans, kernel, api, min_call_ms, min_queue=None):
+    run.check("verdict kernel_wedge", ans.get("verdict", {}).get("kind") == "kernel_wedge",
+              ans.get("verdict", {}).get("summary", ans.get("error")))
+    run.check(f"names {kernel}", names_kernel(ans, kernel), head(ans).get("kernel"))
+    t = thread_in(ans, api)
+    run.check(f"a thread blocked in {api}* for >= {min_call_ms} ms",
+              t and t.get("blocked") and t.get("in_call_ms", 0) >= min_call_ms,
+              t and {k: t.get(k) for k in ("name", "api", "in_call_ms", "blocked")})
+    if min_queue is not None:
+        run.check(f">= {min_queue} queued behind", head(ans).get("queued_behind", 0) >= min_queue,
+                  head(ans).get("queued_behind"))
+
+
+# --- the named shapes ------------------------------------------------------------------------
+
+def mbarrier(run, mode, api, min_queue):
+    exe = run.h.cuda("mbarrier_wedge")
+    if not run.check("mbarrier_wedge.cu builds", exe):
+        return
+    p = run.start([exe, mode, "9"], shim=True)
+    time.sleep(4.5)
+    ans = run.report([p.pid], "--kernel-floor", "2s")
+    check_wedge(run, ans, "mbarrier", api, 1000, min_queue)
+    run.check("reproducer exits 0 once released", run.exit_code(p) == 0)
+
+
+@scenario("launch-wedge")
+def launch_wedge(run):
+    """A kernel spins in an mbarrier wait; the launcher blocks behind the full queue."""
+    mbarrier(run, "launch", "cuLaunchKernel", 900)
+
+
+@scenario("sync-wedge")
+def sync_wedge(run):
+    """A kernel spins; the host waits in cudaStreamSynchronize behind it."""
+    mbarrier(run, "sync", "cuStreamSynchronize", None)
+
+
+@scenario("lazy-load-wedge", quick=False)
+def lazy_load(run):
+    """A kernel spins; a first launch of a lazily loaded kernel blocks loading its module."""
+    mbarrier(run, "lazy", "cu", None)
+
+
+def graph(run, record, exact_node):
+    exe = run.h.cuda("graph_wedge")
+    if not run.check("graph_wedge.cu builds", exe):
+        return
+    p = run.start([exe, "capture", "12"], shim=True, env={"WEDGEPROBE_SHIM_RECORD": record})
+    time.sleep(5)
+    ans = run.report([p.pid], "--kernel-floor", "2s")
+    run.check("verdict kernel_wedge", ans.get("verdict", {}).get("kind") == "kernel_wedge",
+              ans.get("verdict", {}).get("summary", ans.get("error")))
+    k = head(ans)
+    run.check("the stuck head is a graph launch", k.get("graph"), k.get("kernel"))
+    how = names_kernel(ans, "graph_stuck_middle_kernel")
+    if exact_node:
+        run.check("names the stuck node graph_stuck_middle_kernel", how, k.get("graph"))
+    else:
+        run.notes.append(f"default mode names the node: {how or 'no (issue: graph nodes)'}")
+    run.check("reproducer exits 0 once released", run.exit_code(p) == 0)
+
+
+@scenario("graph-wedge-default")
+def graph_default(run):
+    """A captured CUDA graph whose middle node spins, default (marks) mode."""
+    graph(run, "marks", False)
+
+
+@scenario("graph-wedge-exact")
+def graph_exact(run):
+    """The same graph in the exact mode (per-kernel records): the node is named."""
+    graph(run, "exact", True)
+
+
+@scenario("triton-wedge")
+def triton_wedge(run):
+    """A PyTorch process whose Triton kernel spins while Python keeps issuing ops."""
+    p = run.start(["python3", "torch_wedge.py", "12", "3000"], shim=True)
+    time.sleep(8)  # Triton compiles first
+    ans = run.report([p.pid], "--kernel-floor", "2s")
+    check_wedge(run, ans, "spin_on_flag", "cuLaunch", 1000)
+    run.check("ops exact once released", run.exit_code(p) == 0 and "expected" in run.out(p),
+              run.out(p).strip()[-200:])
+
+
+def handshake(run, shim, healthy_s):
+    d = f"/tmp/wp-handshake-{run.name}"
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    ps = [run.start(["python3", "host_handshake.py", str(r), d, str(healthy_s + 40),
+                     str(healthy_s)], shim=shim, suffix=f"rank{r}") for r in (0, 1)]
+    for p in ps:
+        run.wait_line(p, "waiting for the peer", 120)
+    time.sleep(13)  # past the default stall_after (10 s)
+    ans = run.report([p.pid for p in ps])
+    stalls = ans.get("host_stalls", [])
+    run.check("host_stall for both ranks", len(stalls) == 2 and
+              ans.get("verdict", {}).get("kind") == "host_stall",
+              ans.get("verdict", {}).get("summary", ans.get("error")))
+    for p in ps:
+        p.kill()
+
+
+@scenario("handshake-spin-no-shim")
+def handshake_plain(run):
+    """Two ranks busy-poll each other in a host handshake, no shim (the boot deadlock)."""
+    handshake(run, False, 0)
+
+
+@scenario("handshake-spin-shim")
+def handshake_shim(run):
+    """The same with the shim."""
+    handshake(run, True, 0)
+
+
+@scenario("handshake-spin-after-healthy", quick=False)
+def handshake_later(run):
+    """The handshake spin after 30 s of healthy serving (a server that hung later)."""
+    handshake(run, False, 30)
+
+
+@scenario("attach-then-wedge")
+def attach_then_wedge(run):
+    """`wedgeprobe attach` into a PyTorch process started without the shim, then a wedge."""
+    p = run.start(["python3", "attach_loop.py", "eager", "10", "18"])
+    if not run.check("reproducer ready", run.wait_line(p, "ready", 120)):
+        return
+    r, wall = run.wp("attach", "--pid", str(p.pid))
+    run.check("attach succeeds", r.returncode == 0, (r.stdout + r.stderr).strip()[-300:])
+    run.notes.append(f"attach took {wall:.2f} s (wall, the command)")
+    time.sleep(14)
+    ans = run.report([p.pid], "--kernel-floor", "2s")
+    run.check("verdict kernel_wedge", ans.get("verdict", {}).get("kind") == "kernel_wedge",
+              ans.get("verdict", {}).get("summary", ans.get("error")))
+    run.check("names spin_on_flag", names_kernel(ans, "spin_on_flag"), head(ans).get("kernel"))
+    run.check("checksum right once released", run.exit_code(p) == 0, run.out(p).strip()[-200:])
+
+
+@scenario("daemon-new-process")
+def daemon_new_process(run):
+    """The daemon picks up a process started after it, says kernel_wedge in its scrape."""
+    exe = run.h.cuda("mbarrier_wedge")
+    cfg = run.log("daemon.toml")
+    with open(cfg, "w") as f:
+        f.write(f'listen = "127.0.0.1:19477"\ndump_dir = "{run.h.logs}/dumps"\n')
+    d = run.start([run.h.wp, "daemon", "--config", cfg], suffix="daemon")
+    time.sleep(2)
+    p = run.start([exe, "launch", "14", "2"], shim=True)
+    seen, text = None, ""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 30:
+        time.sleep(1)
+        try:
+            text = urllib.request.urlopen("http://127.0.0.1:19477/metrics", timeout=5).read().decode()
+        except OSError as e:
+            text = str(e)
+            continue
+        mine = [l for l in text.splitlines() if l.startswith("wedgeprobe_verdict{")
+                and f'pid="{p.pid}"' in l]
+        if any('kind="kernel_wedge"' in l for l in mine):
+            seen = time.monotonic() - t0
+            break
+    with open(run.log("metrics.txt"), "w") as f:
+        f.write(text)
+    run.check("the scrape says kernel_wedge for the new pid", seen, seen)
+    run.notes.append(f"kernel_wedge in the scrape {seen and round(seen, 1)} s after the process started")
+    run.exit_code(p)
+    t0 = time.monotonic()
+    d.send_signal(signal.SIGTERM)
+    code = run.exit_code(d, 60)
+    run.notes.append(f"daemon exited {time.monotonic() - t0:.1f} s after SIGTERM (code {code})")
+
+
+@scenario("culprit-rank-one-gpu")
+def culprit_rank(run):
+    """Four processes on one GPU; rank 2 stuck in a GEMM, the others wait in a collective."""
+    exe = run.h.cuda("ranks", ("-lpthread", "-lrt"))
+    if not run.check("ranks.cu builds", exe):
+        return
+    shm = f"/wp-ranks-{os.getpid()}"
+    ps = []
+    for r in range(4):
+        env = {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": "29511", "CULPRIT": "1" if r == 2 else "0"}
+        ps.append(run.start([exe, "12", shm], shim=True, env=env, suffix=f"rank{r}"))
+    time.sleep(6)
+    ans = run.report([p.pid for p in ps], "--kernel-floor", "2s")
+    jobs = ans.get("jobs", [])
+    culprit = (jobs[0].get("culprit") or {}) if jobs else {}
+    run.check("one job of 4 ranks", jobs and len(jobs[0].get("ranks", [])) == 4, len(jobs))
+    run.check("culprit is rank 2", culprit.get("rank") == 2 or "rank 2" in str(culprit.get("summary")),
+              culprit.get("summary"))
+    for p in ps:
+        run.exit_code(p)
+    try:
+        os.unlink("/dev/shm" + shm)
+    except OSError:
+        pass
+
+
+@scenario("profiler-coexist")
+def profiler(run):
+    """The shim steps aside for torch.profiler (`wedgeprobe release`), which then sees GPU events."""
+    go = f"/tmp/wp-go-{os.getpid()}"
+    p = run.start(["python3", "profiler_release.py", "external"], shim=True, env={"WP_GO": go})
+    if not run.check("ready", run.wait_line(p, "ready", 120)):
+        return
+    r, _ = run.wp("release", "--pid", str(p.pid))
+    run.check("release succeeds", r.returncode == 0, (r.stdout + r.stderr).strip()[-300:])
+    open(go, "w").close()
+    code = run.exit_code(p)
+    try:
+        res = json.loads([l for l in run.out(p).splitlines() if l.startswith("{")][-1])
+    except (IndexError, ValueError):
+        res = {}
+    run.check("torch.profiler saw GPU kernels", code == 0 and res.get("gpu_kernel_events", 0) > 0, res)
+    os.unlink(go)
+
+
+@scenario("healthy-run")
+def healthy(run):
+    """Short kernels, a 3 s legitimate kernel every 10 s, synchronizes: no verdict, ever."""
+    exe = run.h.cuda("healthy_long")
+    if not run.check("healthy_long.cu builds", exe):
+        return
+    secs = 14 if run.h.quick else 40
+    p = run.start([exe, str(secs)], shim=True)
+    kinds = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < secs - 4:
+        ans = run.report([p.pid])
+        kinds.append(ans.get("verdict", {}).get("kind"))
+        time.sleep(1)
+    run.check("every report healthy", kinds and all(k == "healthy" for k in kinds), kinds)
+    run.check("workload exits 0", run.exit_code(p) == 0)
+
+
+# --- the shapes production gives the shim ----------------------------------------------------
+
+POD = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+       "mount -t tmpfs -o size=1m tmpfs /dev/shm && "
+       "(dd if=/dev/zero of=/dev/shm/fill bs=64k 2>/dev/null; true) && exec \"$0\" \"$@\""]
+
+
+@scenario("full-dev-shm")
+def full_dev_shm(run):
+    """PyTorch in a pod whose /dev/shm (1 MiB) is full, with the shim: runs to its end."""
+    p = run.start(POD + ["python3", "small_ops.py", "20", "--wedge-at", "10", "--release-after", "6"],
+                  shim=True)
+    time.sleep(14)
+    ans = run.report([p.pid], "--kernel-floor", "2s")
+    t = (ans.get("targets") or [{}])[0]
+    run.check("journal recording", (t.get("journal") or {}).get("status") == "recording", t.get("journal"))
+    run.check("names spin_on_flag", names_kernel(ans, "spin_on_flag"), head(ans).get("kernel"))
+    code = run.exit_code(p)
+    run.check("process runs to its end, arithmetic exact", code == 0, f"exit {code}: {run.out(p).strip()[-200:]}")
+
+
+@scenario("full-dev-shm-attach")
+def full_dev_shm_attach(run):
+    """`attach` into PyTorch in a pod whose /dev/shm is full: attached, the process lives."""
+    p = run.start(POD + ["python3", "small_ops.py", "16"])
+    if not run.check("ready", run.wait_line(p, "ready", 120)):
+        return
+    time.sleep(1)
+    r, wall = run.wp("attach", "--pid", str(p.pid))
+    run.check("attach succeeds", r.returncode == 0, (r.stdout + r.stderr).strip()[-300:])
+    ans = run.report([p.pid], "--window", "300ms")
+    t = (ans.get("targets") or [{}])[0]
+    run.check("journal recording", (t.get("journal") or {}).get("status") == "recording", t.get("journal"))
+    code = run.exit_code(p)
+    run.check("process runs to its end, arithmetic exact", code == 0, f"exit {code}: {run.out(p).strip()[-200:]}")
+
+
+@scenario("fork-child")
+def fork_child(run):
+    """PyTorch with the shim forks a child that exits normally; the parent's journal lives."""
+    p = run.start(["python3", "small_ops.py", "20", "--fork", "--wedge-at", "8", "--release-after", "6"],
+                  shim=True)
+    run.wait_line(p, "forked child", 120)
+    time.sleep(12)
+    ans = run.report([p.pid], "--kernel-floor", "2s")
+    t = (ans.get("targets") or [{}])[0]
+    run.check("journal recording after the child's exit", (t.get("journal") or {}).get("status") == "recording",
+              t.get("journal") or ans.get("mode"))
+    run.check("names spin_on_flag", names_kernel(ans, "spin_on_flag"), head(ans).get("kernel"))
+    code = run.exit_code(p)
+    run.check("process runs to its end, arithmetic exact", code == 0, f"exit {code}: {run.out(p).strip()[-200:]}")
+
+
+def progress(text):
+    """`progress NS COUNT …` lines of a workload: [(ns, count)]."""
+    out = []
+    for l in text.splitlines():
+        f = l.split()
+        if len(f) >= 3 and f[0] == "progress":
+            out.append((int(f[1]), int(f[2])))
+    return out
+
+
+def count_between(prog, t0_ns, t1_ns):
+    """Work done between two instants, from the progress lines around them."""
+    before = [c for ns, c in prog if ns <= t0_ns]
+    after = [c for ns, c in prog if ns >= t1_ns]
+    inner = [c for ns, c in prog if t0_ns < ns < t1_ns]
+    lo = before[-1] if before else (inner[0] if inner else 0)
+    hi = after[0] if after else (inner[-1] if inner else lo)
+    return lo, hi
+
+
+def trace_check(run, cmd, record, per_unit, unit):
+    env = {"WEDGEPROBE_SHIM_RECORD": record}
+    p = run.start(cmd + ["--log-every", "0.05"], shim=True, env=env)
+    run.wait_line(p, "progress", 120)
+    time.sleep(1)
+    path = run.log("trace.json")
+    r, wall = run.wp("trace", "--pid", str(p.pid), "--duration", "3s", "-o", path, timeout=180)
+    run.check("trace succeeds", r.returncode == 0, (r.stdout + r.stderr).strip()[-400:])
+    run.notes.append(r.stdout.strip().replace("\n", " / ")[-400:])
+    run.exit_code(p)
+    try:
+        with open(path) as f:
+            ev = json.load(f)
+    except (OSError, ValueError) as e:
+        run.check("trace loads", False, str(e))
+        return
+    kept = [e for e in ev if e.get("cat") == unit]
+    lost = sum(e["args"].get("overwritten_in_ring", 0) + e["args"].get("reader_buffer_full", 0)
+               for e in ev if e.get("cat") == "lost")
+    ts = [e["ts"] for e in kept]
+    if not ts:
+        run.check(f"trace holds {unit} events", False, 0)
+        return
+    t0, t1 = int(min(ts) * 1000), int(max(ts) * 1000)
+    lo, hi = count_between(progress(run.out(p)), t0, t1)
+    # Progress lines bracket the trace's first and last event: what ran between them is at
+    # least (hi - lo) minus the work of the two bracketing intervals.
+    executed = (hi - lo) * per_unit
+    run.notes.append(f"{len(kept)} {unit} events kept over {(t1 - t0) / 1e9:.2f} s "
+                     f"({len(kept) / max((t1 - t0) / 1e9, 1e-9):,.0f}/s), ~{executed:,} executed in that "
+                     f"span by the workload's own count, {lost} records counted lost")
+    run.check("kept + counted lost cover what ran (>= 98% of the workload's own count)",
+              len(kept) + lost >= 0.98 * executed, {"kept": len(kept), "lost": lost, "executed": executed})
+    run.check("the summary line says what was lost", ("no journal record lost" in r.stdout) == (lost == 0),
+              r.stdout.strip()[-300:])
+    durs = [e.get("dur", 0) for e in kept if e.get("ph") == "X"]
+    run.check("timestamps sane (no negative or > 1 s slices)", all(0 <= d <= 1e6 for d in durs),
+              (min(durs), max(durs)) if durs else None)
+
+
+@scenario("trace-eager")
+def trace_eager(run):
+    """A 3 s trace of a launch-bound PyTorch loop keeps every launch or counts those it lost."""
+    trace_check(run, ["python3", "small_ops.py", "9"], "marks", 1, "launch")
+
+
+@scenario("trace-graph-default")
+def trace_graph_default(run):
+    """A 3 s trace of a 200-node graph replaying back to back, default mode: every kernel."""
+    trace_check(run, ["python3", "graph_replay.py", "200", "--seconds", "9"], "marks", 200, "kernel")
+
+
+@scenario("trace-graph-exact")
+def trace_graph_exact(run):
+    """The same in the exact mode."""
+    trace_check(run, ["python3", "graph_replay.py", "200", "--seconds", "9"], "exact", 200, "kernel")
+
+
+def soak(run, record, executions):
+    p = run.start(["python3", "graph_replay.py", "200", "--executions", str(executions),
+                   "--log-every", "10"], shim=True, env={"WEDGEPROBE_SHIM_RECORD": record})
+    run.wait_line(p, "ready", 120)
+    code = run.exit_code(p, 560)
+    out = run.out(p)
+    last = [l for l in out.splitlines() if l.startswith("replays")]
+    run.check("exits 0, arithmetic exact", code == 0 and last, (last or [out[-300:]])[-1])
+    prog = [l.split() for l in out.splitlines() if l.startswith("progress")]
+    if len(prog) >= 3:
+        rss = [int(f[3]) for f in prog]
+        dev = [int(f[4]) for f in prog]
+        # After the first sample (allocator warm-up), nothing grows.
+        run.check("RSS flat after warm-up (<= +16 MiB)", max(rss[1:]) - rss[1] <= 16 * 1024,
+                  f"{rss[1]}..{max(rss[1:])} KiB")
+        run.check("device memory flat after warm-up", max(dev[1:]) - dev[1] <= 16, f"{dev[1]}..{max(dev[1:])} MiB")
+    run.notes.append(last[-1] if last else "no summary")
+
+
+@scenario("graph-soak-default", sets=("soak",))
+def soak_default(run):
+    """100M graph-node executions in the default mode: nothing grows, the result is exact."""
+    soak(run, "marks", 100_000_000)
+
+
+@scenario("graph-soak-exact", sets=("soak",))
+def soak_exact(run):
+    """100M graph-node executions in the exact mode (a CUPTI record per node)."""
+    soak(run, "exact", 100_000_000)
+
+
+# --- the cost suite --------------------------------------------------------------------------
+
+@scenario("cost", sets=("default", "cost"))
+def cost(run):
+    """In-process A/B (recording on/off between neighbouring steps), shim + daemon, and the
+    method's own bias without the shim: eager decode, CUDA-graph decode, launch-bound loop."""
+    cfg = run.log("daemon.toml")
+    with open(cfg, "w") as f:
+        f.write(f'listen = "127.0.0.1:19478"\ndump_dir = "{run.h.logs}/dumps"\n')
+    d = run.start([run.h.wp, "daemon", "--config", cfg], suffix="daemon")
+    time.sleep(1)
+    args = ["4", "60", "40"] if run.h.quick else ["12", "150", "100"]
+    results = {}
+    for label, shim in (("shim+daemon", True), ("no shim (bias)", False)):
+        env = {"WEDGEPROBE_SHIM_MEASURE": "toggle"} if shim else {}
+        p = run.start(["taskset", "-c", "2-9", "python3", "step_ab.py", *args], shim=shim, env=env,
+                      suffix="ab-" + ("shim" if shim else "bare"))
+        code = run.exit_code(p, 300)
+        lines = [l.strip() for l in run.out(p).splitlines() if "median" in l]
+        results[label] = lines
+        run.check(f"{label}: step_ab exits 0", code == 0, run.err(p)[-300:])
+    run.notes += [f"{k}: {l}" for k, v in results.items() for l in v]
+    d.send_signal(signal.SIGTERM)
+    run.exit_code(d, 60)
+
+
+# --- running ---------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/wedgeprobe-harness-out"))
+    a = ap.parse_args()
+    if a.list:
+        for n, (_, sets, quick, doc) in SCENARIOS.items():
+            print(f"{n:30s} [{','.join(sets)}{'' if quick else ', not in --quick'}] {doc}")
+        return 0
+    unknown = [n for n in a.names if n not in SCENARIOS]
+    if unknown:
+        print(f"harness: no such scenario: {', '.join(unknown)} (--list names them)", file=sys.stderr)
+        return 2
+    names = a.names or [n for n, (_, sets, quick, _) in SCENARIOS.items()
+                        if "default" in sets and (quick or not a.quick)]
+    h = Harness(a.out, a.quick)
+    results = []
+    t_all = time.monotonic()
+    for n in names:
+        f, _, _, doc = SCENARIOS[n]
+        run = Run(h, n)
+        t0 = time.monotonic()
+        print(f"=== {n}: {doc}", flush=True)
+        try:
+            f(run)
+        except Exception as e:  # a broken scenario is a failed one, the others still run
+            run.check("scenario ran", False, f"{type(e).__name__}: {e}")
+        finally:
+            run.finish()
+        ok = bool(run.checks) and all(c["ok"] for c in run.checks)
+        res = {"scenario": n, "pass": ok, "seconds": round(time.monotonic() - t0, 1),
+               "checks": run.checks, "report_wall_s": run.report_wall_s, "notes": run.notes,
+               "answers": [{"verdict": a_.get("verdict"), "mode": a_.get("mode"),
+                            "kernels": (a_.get("kernels") or [])[:1], "error": a_.get("error")}
+                           for a_ in run.answers]}
+        results.append(res)
+        print(f"    {'PASS' if ok else 'FAIL'} in {res['seconds']} s; " +
+              "; ".join(f"{'ok' if c['ok'] else 'FAILED'}: {c['what']}" for c in run.checks), flush=True)
+        for note in run.notes:
+            print(f"    note: {note}", flush=True)
+    commit = open(os.path.join(PACK, "COMMIT")).read().strip() if os.path.exists(
+        os.path.join(PACK, "COMMIT")) else "unknown"
+    meta = {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "quick": a.quick, "seconds": round(time.monotonic() - t_all, 1),
+            "command": " ".join(["run"] + sys.argv[1:])}
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+    passed = sum(r["pass"] for r in results)
+    with open(os.path.join(a.out, "summary.md"), "w") as f:
+        f.write(f"# GPU harness: {passed} passed, {len(results) - passed} failed\n\n")
+        f.write(f"commit {commit}, {meta['date']}, `{meta['command']}`, {meta['seconds']} s\n\n")
+        f.write("| scenario | result | report wall s | what failed / notes |\n|---|---|---|---|\n")
+        for r in results:
+            failed = [c["what"] + (f" (got {c['got']})" if c["got"] is not None else "")
+                      for c in r["checks"] if not c["ok"]]
+            text = "; ".join(failed + r["notes"]).replace("|", "/").replace("\n", " ")[:700]
+            f.write(f"| {r['scenario']} | {'PASS' if r['pass'] else 'FAIL'} | "
+                    f"{','.join(map(str, r['report_wall_s']))} | {text} |\n")
+    with tarfile.open(os.path.join(a.out, "logs.tar.gz"), "w:gz") as t:
+        t.add(h.logs, arcname="logs")
+    shutil.rmtree(h.logs, ignore_errors=True)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
