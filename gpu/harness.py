@@ -424,7 +424,10 @@ def healthy(run):
             break  # the workload ended while wedgeprobe attached: no answer to judge
         kinds.append(ans.get("verdict", {}).get("kind"))
         time.sleep(1)
-    run.check("every report healthy", kinds and all(k == "healthy" for k in kinds), kinds)
+    # `busy` (threads waiting behind a kernel that is still within its bounds: the 3 s kernel)
+    # is an answer, not an incident.
+    run.check("no incident in any report (healthy or busy)",
+              kinds and all(k in ("healthy", "busy") for k in kinds), kinds)
     run.check("workload exits 0", run.exit_code(p) == 0)
 
 
@@ -571,6 +574,35 @@ def soak(run, record, executions):
     p = run.start(["python3", "graph_replay.py", "200", "--executions", str(executions),
                    "--log-every", "10"], shim=True, env={"WEDGEPROBE_SHIM_RECORD": record})
     run.wait_line(p, "ready", 120)
+    # Half way (past the ~25M graph records after which another CUPTI tool's timestamps went
+    # wrong), a 2 s trace: every kernel slice within the trace's own time and under 1 s.
+    t_half = time.monotonic() + 600
+    while p.poll() is None and time.monotonic() < t_half:
+        prog = progress(run.out(p))
+        if prog and prog[-1][1] * 200 >= executions // 2:
+            break
+        time.sleep(1)
+    if p.poll() is None:
+        path = f"/tmp/wedgeprobe-harness-{run.name}.json"
+        t0_ns = time.monotonic_ns()
+        r, _ = run.wp("trace", "--pid", str(p.pid), "--duration", "2s", "-o", path, timeout=120)
+        t1_ns = time.monotonic_ns()
+        run.notes.append("half-way trace: " + r.stdout.strip().replace("\n", " / ")[-300:])
+        bad, n = [], 0
+        with open(path) as f:
+            for line in f:
+                if '"cat":"kernel"' not in line:
+                    continue
+                n += 1
+                ts, d = TS.search(line), DUR.search(line)
+                ts_ns = float(ts.group(1)) * 1000 if ts else -1
+                dur = float(d.group(1)) if d else 0
+                # Kernels the ring held at attach may start up to ~a second before the trace.
+                if not (t0_ns - 5e9 <= ts_ns <= t1_ns) or not (0 <= dur <= 1e6):
+                    bad.append((ts_ns, dur))
+        os.unlink(path)
+        run.check("half-way trace: kernel slices, each inside the trace's time and under 1 s",
+                  n > 0 and not bad, {"kernels": n, "bad": bad[:3], "bad_count": len(bad)})
     code = run.exit_code(p, 560)
     out = run.out(p)
     last = [l for l in out.splitlines() if l.startswith("replays")]
