@@ -1,6 +1,6 @@
 //! The rest of what the marks mode needs from the driver, hooked like the launches
 //! (`crate::launch_hooks`) so that CUPTI is not loaded at all: measured on the H200
-//! (BENCHMARKS.md, issue 12), initialising CUPTI — one `cuptiActivityRegisterTimestampCallback`,
+//! (BENCHMARKS.md, the recorder's price), initialising CUPTI — one `cuptiActivityRegisterTimestampCallback`,
 //! nothing enabled — cost +12.6% on the launch-bound CUDA-graph loop (~160 ns per kernel
 //! node), and a subscriber with its callbacks ~+18% there; with CUPTI loaded but never called,
 //! +0.1%.

@@ -1,7 +1,7 @@
 //! Redirects an exported function of another library to ours, in place: its first
 //! instructions become a jump to our function, and a trampoline (those instructions, then a
 //! jump back) calls the original. Why: CUPTI's callback dispatch on every launch is what the
-//! shim cost on eager work (BENCHMARKS.md, issue 12: the same shim with CUPTI's launch
+//! shim cost on eager work (BENCHMARKS.md, the recorder's price: the same shim with CUPTI's launch
 //! callbacks left off cost +8% instead of +31% on the launch-bound loop), and every caller —
 //! the runtime through `cuGetProcAddress`, Triton through `dlsym`, NCCL — ends up in libcuda's
 //! exported functions (the addresses `cuGetProcAddress` hands out are the exported ones,

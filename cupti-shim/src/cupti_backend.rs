@@ -121,7 +121,7 @@ const CBIDS: &[(u32, &str)] = &[
     (CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2, "cuMemcpyDtoD_v2"),
 ];
 
-/// A measurement switch, not a mode (BENCHMARKS.md, issue 12): `WEDGEPROBE_SHIM_SKIP=launch`,
+/// A measurement switch, not a mode (BENCHMARKS.md, the recorder's price): `WEDGEPROBE_SHIM_SKIP=launch`,
 /// `graph` or `sync` (comma-separated) leaves those callbacks off, to price CUPTI's dispatch
 /// on each kind of entry point. What is skipped is not recorded.
 #[derive(Clone, Copy, PartialEq)]
@@ -217,7 +217,7 @@ pub fn attach() -> Result<(), String> {
     unsafe {
         // Activity (per-kernel record) machinery only where it is used: merely registering
         // its callbacks cost +12.6% on the launch-bound graph loop with nothing enabled
-        // (BENCHMARKS.md, issue 12). With marks it is set up when a lease or fallback wants it.
+        // (BENCHMARKS.md, the recorder's price). With marks it is set up when a lease or fallback wants it.
         if !marks && !skip.contains(&Skip::Activity) {
             activity_machinery(c)?;
         }

@@ -1,5 +1,5 @@
 //! Stream marks recorded as CUDA events: the cheaper of the two mark primitives, opt-in
-//! (`WEDGEPROBE_SHIM_MARK_WITH=event`) since session 10. On the H200 a wedge in a burst of
+//! (`WEDGEPROBE_SHIM_MARK_WITH=event`) since 2026-12-01. On the H200 a wedge in a burst of
 //! launches was named as a kernel that had completed: the flush thread's event calls (the
 //! ring's `cuEventCreate`, its queries) waited behind the launcher blocked in the full queue,
 //! and no mark was published from then on, so a flagged launch whose mark had passed looked
@@ -7,7 +7,7 @@
 //! when event progress is stale; until then, stream writes (read from memory) are the default.
 //!
 //! Why: on the H200 a mark as a stream-ordered write (`cuStreamWriteValue64`) costs the
-//! launching thread 0.6–1.8 µs, an event record 0.14 µs (docs/measured-facts.md, session 8);
+//! launching thread 0.6–1.8 µs, an event record 0.14 µs (docs/measured-facts.md, 2026-12-01);
 //! in eager decode marks were ~1.9% of the step, most of the shim's marks cost. An event says
 //! nothing by itself: someone must ask the driver whether it passed. That is the flush
 //! thread's poll, every 10 ms: events recorded on one stream complete in the order they were

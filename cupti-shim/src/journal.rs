@@ -37,7 +37,7 @@ const MAX_PROBE: u32 = 128;
 /// hashed home. Consecutive launches then write consecutive slots, which the cache and TLB
 /// already hold: a hashed home alone made every launch's slot a cache miss — 53% of the
 /// writer's time on the simulated driver (perf), a bigger share of the ~350 ns a launch
-/// cost on the H200 (BENCHMARKS.md, session 8). The hashed second home keeps a long held
+/// cost on the H200 (BENCHMARKS.md, 2026-12-01). The hashed second home keeps a long held
 /// run (a stuck kernel's queue, ~1,000 launches) from pushing later launches past the
 /// probe limit: they go round it.
 const SEQ_PROBE: u32 = 8;
@@ -92,7 +92,7 @@ pub struct Completion {
 /// In C order, what every launch reads first, in the first cache line (`base`, `layout`,
 /// `mode`, `prefetchw`, `done_seen`, `marks_done`: 64 bytes); let the compiler order them
 /// and they spread over three lines, each a cold miss in a serving loop (callgrind's cache
-/// model, BENCHMARKS.md session 12).
+/// model, BENCHMARKS.md, 2026-12-02).
 #[repr(C)]
 pub struct Writer {
     base: NonNull<u8>,
@@ -183,7 +183,7 @@ impl Writer {
     /// writes a new ring record and a new in-flight slot (104 bytes each, two or three cache
     /// lines) that were last touched thousands of launches ago: their stores missed the
     /// cache, and the next locked instruction waited for them (the journal writes were ~220 ns
-    /// of a launch on the H200, BENCHMARKS.md session 8). Fetched here for the next launch,
+    /// of a launch on the H200, BENCHMARKS.md, 2026-12-01). Fetched here for the next launch,
     /// they are in the cache by the time it writes them, microseconds later.
     #[inline(always)]
     fn prefetch_for_write(&self, off: u64, len: u64) {

@@ -1,5 +1,5 @@
 //! Launches recorded at libcuda's exported launch entry points instead of through CUPTI's
-//! callbacks (the default with stream marks). Measured on the H200 (BENCHMARKS.md, issue 12):
+//! callbacks (the default with stream marks). Measured on the H200 (BENCHMARKS.md, the recorder's price):
 //! CUPTI's launch callbacks were most of the shim's eager cost (launch-bound loop +31% with
 //! them, +8% with them left off); a call through our function and a record costs tens of ns.
 //!
@@ -35,7 +35,7 @@ use crate::{
 
 /// Everything of the hooks' own a hooked launch reads, in two cache lines of their own.
 /// Scattered statics were ~16 of the ~38 cold lines a launch took in callgrind's cache model
-/// of a serving loop (BENCHMARKS.md, session 12): several of them reached through the GOT
+/// of a serving loop (BENCHMARKS.md, 2026-12-02): several of them reached through the GOT
 /// first, two lines for one flag.
 #[repr(C, align(64))]
 struct Hot {

@@ -77,7 +77,7 @@ fn init() -> Result<(), String> {
             };
             // Stream writes by default. Event records cost the launching thread less (~0.8 µs
             // against ~1.8 µs per mark in eager decode on the H200), but their progress is
-            // learned only by the flush thread's driver calls, and on the H200 (session 10) a
+            // learned only by the flush thread's driver calls, and on the H200 (2026-12-01) a
             // wedge in a burst of launches was named as a kernel that had completed: the flush
             // thread's event calls waited behind the launcher blocked in the full queue, and
             // no mark was published from then on. A stream write's progress is read from

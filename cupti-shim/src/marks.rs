@@ -71,7 +71,7 @@ pub const STREAM_LEGACY: u64 = 0x1;
 /// Defaults. Measured on the H200 (BENCHMARKS.md, sessions 8 and 10): a mark's stream write
 /// costs the launching thread ~1.8 µs in eager decode (an event record ~0.8 µs), and eager
 /// decode launches ~17 µs apart. With 8 launches / 100 µs it wrote 0.19 marks a launch, 70%
-/// of them for the 100 µs period alone (session 10's self cost: 45,698 of 65,498) — ~2% of
+/// of them for the 100 µs period alone (the self cost of 2026-12-01's run: 45,698 of 65,498) — ~2% of
 /// the step in marks. What keeps the named shapes exact is the gap rule (both sides of the
 /// first launch after `gap_us` idle) and the mark after a synchronize, not the period or the
 /// count: so the period is off and the count bound 16 (a stuck kernel inside a dense run of
@@ -379,7 +379,7 @@ impl Marks {
             tid != 0 && s.synced_by.load(Relaxed) == tid && s.synced_by.swap(0, Relaxed) == tid;
         // A gap after this thread's synchronize needs no mark before the launch: the
         // synchronize retired the launch before the gap (eager decode synchronizes once a
-        // step, at its longest gap: session 10 wrote 2,949 such marks in 348,039 launches).
+        // step, at its longest gap: a run on 2026-12-01 wrote 2,949 such marks in 348,039 launches).
         if after_gap && !after_sync && last != 0 && last > s.last_marked.load(Relaxed) {
             self.mark(writer, s, (slot, stream), last, (now_ns, Reason::Gap));
         }
@@ -407,7 +407,7 @@ impl Marks {
     /// thread's next launch on it is marked right after.
     pub fn synced(&self, writer: &Writer, stream: u64, correlation: u64, tid: u32) {
         // The claimed slots only: a walk over all `marks_cap` was ~1 cold line a launch in
-        // eager decode's one synchronize a step (callgrind's cache model, session 12).
+        // eager decode's one synchronize a step (callgrind's cache model, 2026-12-02).
         for s in writer
             .claimed_marks()
             .filter_map(|i| self.streams.get(i as usize))

@@ -1,12 +1,12 @@
 //! Measurement switches of the shim (`WEDGEPROBE_SHIM_MEASURE`), for benchmarks only: they
-//! price pieces of the recording on the real driver (BENCHMARKS.md, issue 12, session 8),
+//! price pieces of the recording on the real driver (BENCHMARKS.md, the recorder's price, 2026-12-01),
 //! where a profiler is not available and side-by-side runs are noisier than the pieces.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use crate::{launch_hooks, log_line, self_cost};
 
-/// Measurement switches (BENCHMARKS.md, issue 12), not modes: `WEDGEPROBE_SHIM_MEASURE=pass`
+/// Measurement switches (BENCHMARKS.md, the recorder's price), not modes: `WEDGEPROBE_SHIM_MEASURE=pass`
 /// leaves the launch hooks in place but recording nothing (the detour's own price);
 /// `coarse_clock` reads CLOCK_MONOTONIC_COARSE (a jiffy's resolution) instead of
 /// CLOCK_MONOTONIC (the clock read's price); `toggle` lets the process switch recording
@@ -14,7 +14,7 @@ use crate::{launch_hooks, log_line, self_cost};
 /// exit (`crate::self_cost`), `phases` splits it by phase too (dearer: the timer's own reads
 /// are counted); `no_barrier` writes stream marks without the memory fence the driver puts
 /// before a stream write by default (to price that fence on the GPU's side: a mark costs eager
-/// decode about twice its host time, session 12). Comma-separated; one log line when any is
+/// decode about twice its host time, 2026-12-02). Comma-separated; one log line when any is
 /// on.
 pub fn switches() {
     let v = std::env::var("WEDGEPROBE_SHIM_MEASURE").unwrap_or_default();
@@ -55,7 +55,7 @@ static TOGGLE: AtomicBool = AtomicBool::new(false);
 /// For in-process A/B benchmarks (`gpu/inproc_ab.py`), only under
 /// `WEDGEPROBE_SHIM_MEASURE=toggle`: the process itself switches launch recording off (1) and
 /// on (0) between its turns, so both states are measured in one process, seconds apart, meant
-/// to cancel the H200 VM's per-process speed differences. Measured (BENCHMARKS.md, session 8):
+/// to cancel the H200 VM's per-process speed differences. Measured (BENCHMARKS.md, 2026-12-01):
 /// eager decode still varied ±20% from one turn to the next within one process, so the eager
 /// figure comes from `self_cost`; the graph loops' on/off pairs were tight (quartiles within ~1%). Returns
 /// 0, or -1 when the switch is not enabled.

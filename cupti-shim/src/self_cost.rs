@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 pub static ON: AtomicBool = AtomicBool::new(false);
 /// `WEDGEPROBE_SHIM_MEASURE=self_cost,phases`: a launch's time split by phase too. Off by
 /// default: the phase timer reads the TSC ten more times a launch (17 ns each on the H200, 16
-/// on the development VM), and the total then carries them (~170 ns, BENCHMARKS.md session 8).
+/// on the development VM), and the total then carries them (~170 ns, BENCHMARKS.md, 2026-12-01).
 pub static BY_PHASE: AtomicBool = AtomicBool::new(false);
 
 /// Why a mark was written (`Marks::mark`'s callers).

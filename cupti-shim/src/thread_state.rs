@@ -78,7 +78,7 @@ thread_local! {
 /// `f` runs here, in the caller's code, not inside `LocalKey::with`: that generic was
 /// compiled in another codegen unit with the whole hooked launch inlined into it, and from
 /// there the hooks' statics were reached through the GOT. Callgrind's cache model of a
-/// serving loop (`scripts/shim_cache_model.sh`, session 13): 27.0 → 25.0 data misses and
+/// serving loop (`scripts/shim_cache_model.sh`, 2026-12-02): 27.0 → 25.0 data misses and
 /// 964 → 870 instructions a launch. (Laying `ThreadState` out hot-first in aligned lines and
 /// aligning the handle caches' sets gained nothing on top of this in the model: not kept.)
 #[inline(always)]

@@ -92,7 +92,7 @@ pub const TABLE: &[(&str, ArgShape, ApiClass)] = &[
     ("cuCtxSynchronize_v2", ArgShape::NoArgs, ApiClass::Sync),
     // Traced so that a thread inside them is named, not "entry point unknown": the daemon,
     // attached as PyTorch initialised CUDA on the H200, called a main thread 10–17 s inside
-    // `_lazy_init` "blocked in the driver" (session 10). Arguments are not read.
+    // `_lazy_init` "blocked in the driver" (2026-12-01). Arguments are not read.
     ("cuInit", ArgShape::NoArgs, ApiClass::Init),
     ("cuDevicePrimaryCtxRetain", ArgShape::NoArgs, ApiClass::Init),
 ];

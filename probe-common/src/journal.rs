@@ -157,7 +157,7 @@ pub struct Header {
     pub mark_every: u32,
     /// …or once this many µs have passed since the stream's last mark.
     pub mark_us: u32,
-    /// `JOURNAL_*` bits. (A reserved word until session 10: zero in older journals.)
+    /// `JOURNAL_*` bits. (A reserved word until 2026-12-01: zero in older journals.)
     pub flags: u32,
     /// Written by wedgeprobe (`trace`): while CLOCK_MONOTONIC is before it, the shim records
     /// per-kernel completions too, whatever its mode. A lease the reader renews every tick,

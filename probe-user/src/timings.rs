@@ -1,5 +1,5 @@
 //! `WEDGEPROBE_TIMINGS=1`: one stderr line per phase of a command, to find where its wall
-//! time goes on a machine we cannot profile at leisure (issue 13, item 4: a `report` took
+//! time goes on a machine we cannot profile at leisure (a `report` took
 //! 9.6 s against a PyTorch process on the H200 and 5 s on the simulated driver, ~3.6 s of it
 //! closing uprobe links). Off, it costs one environment lookup per command.
 

@@ -1,6 +1,6 @@
 //! probe-user's shape, checked: no import circles among its modules (files), nor among its
 //! stages (top-level folders), and no mutable global state outside signal handling — the
-//! acceptance lines of issue 14, kept true by `cargo test`.
+//! layout rules of the stage redesign, kept true by `cargo test`.
 //!
 //! A module's imports are the `crate::…`, `super::…` and `self::…` paths in its source (use
 //! trees expanded), each resolved to the longest module path it names.

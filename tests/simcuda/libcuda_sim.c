@@ -166,7 +166,7 @@ static unsigned stream_index(CUstream s) {
 static uint64_t *stream_slot(CUstream s) { return &streams[stream_index(s)].last_seq; }
 
 /* SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE=1: a launch waiting for room in the full queue holds
- * a driver lock that cuEventQuery takes too — what the H200 showed (session 10): the shim's
+ * a driver lock that cuEventQuery takes too — what the H200 showed (2026-12-01): the shim's
  * event queries from its flush thread waited behind the launcher blocked in the full queue. */
 static pthread_mutex_t driver_lock = PTHREAD_MUTEX_INITIALIZER;
 static int query_behind_full_queue(void) {

@@ -163,7 +163,7 @@ fn the_daemon_picks_up_a_process_started_after_it_and_forgets_it_when_it_exits()
 /// daemon started before the serving process, as on a node): the daemon waits for the journal
 /// and attaches with no launch probe. Had it put uprobes on libcuda's entry points during the
 /// initialisation, the shim would have found them in its way and recorded through the
-/// driver's callbacks instead of its hooks (the H200, session 10: CUPTI callbacks, the dearer
+/// driver's callbacks instead of its hooks (the H200, 2026-12-01: CUPTI callbacks, the dearer
 /// path) — its log line says which it did.
 #[test]
 fn the_daemon_waits_for_the_shim_of_a_process_still_initialising_cuda() {

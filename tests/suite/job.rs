@@ -255,7 +255,7 @@ fn a_python_process_blocked_in_a_launch_shows_its_python_frames() {
     assert!(py.iter().any(|f| f.starts_with("serve_forever")), "{py:?}");
 }
 
-/// Issue 13, item 1: a CPython spinner is named by its Python frames — in the host stall's
+/// a CPython spinner is named by its Python frames — in the host stall's
 /// `python_stack` and in the verdict's one line (the interpreter loop's native frames say
 /// nothing of the user's code; on the H200 the line read `0x55622e ← _PyEval_EvalFrameDefault`).
 #[test]

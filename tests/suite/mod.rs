@@ -172,7 +172,7 @@ pub fn wedgeprobe(args: &[&str]) -> Output {
 /// (`probe_user::sys::leave_files_to_a_child`); while that child closes them (~4 s here),
 /// the kernel makes any new uprobe attach wait behind the same mutex. The next command of a
 /// test would then attach seconds late — a test of attach timing would measure the previous
-/// command (session 7 saw two such failures). So a test waits for such children (a live
+/// command (2026-12-01 saw two such failures). So a test waits for such children (a live
 /// wedgeprobe process that is not its own child) before it goes on: after every command run
 /// through `wedgeprobe`, and before a worker starts. At most 30 s, never a failure.
 pub fn wait_for_background_detach() {

@@ -240,7 +240,7 @@ fn ctx_synchronize_alone_gives_blocked_in_sync() {
     assert_eq!(r["verdict"]["kind"], "blocked_in_sync", "{}", r["verdict"]);
 }
 
-/// Issue 13, item 2 on the H200: CUDA 13's `cudaDeviceSynchronize` (`torch.cuda.synchronize()`)
+/// On the H200: CUDA 13's `cudaDeviceSynchronize` (`torch.cuda.synchronize()`)
 /// waits in `cuCtxSynchronize_v2`, which was traced by neither eBPF nor the shim: the thread was
 /// "libcuda (entry point unknown)". Named now, with and without the shim.
 #[test]
@@ -285,7 +285,7 @@ fn a_ctx_synchronize_v2_is_named() {
     assert_eq!(r["lost"]["arg_read_failed"], 0, "{}", r["lost"]);
 }
 
-/// Issue 13, item 2: synchronizes entered before attach keep their identity and their age.
+/// synchronizes entered before attach keep their identity and their age.
 /// Without the shim, found by samples only: named, in the call "at least" since attach (never
 /// the age of the first sample), and the verdict names the same threads the table lists.
 /// With the shim: the journal names the call and gives its exact start, before attach.
@@ -335,7 +335,7 @@ fn a_synchronize_entered_before_attach_keeps_its_name_and_age() {
 
 /// A thread inside CUDA's initialisation for seconds (PyTorch's took 10–17 s on the H200 VM)
 /// is named by its entry point and is not a verdict: the daemon called such a thread "blocked
-/// in the driver, entry point unknown" (session 10).
+/// in the driver, entry point unknown" (2026-12-01).
 #[test]
 fn a_thread_initialising_cuda_for_seconds_is_named_and_healthy() {
     require_root!();

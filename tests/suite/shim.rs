@@ -499,7 +499,7 @@ fn the_flush_thread_keeps_publishing_behind_a_full_queue() {
 }
 
 /// Event marks whose queries wait behind the launcher blocked in the full queue (the H200,
-/// session 10; `SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE`): no mark is published after the
+/// 2026-12-01; `SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE`): no mark is published after the
 /// queue fills, and a done kernel with an unpublished mark after it was named the stuck one,
 /// exact. Now the journal's stale heartbeat says the marks are not current: the head is
 /// narrowed to every launch not known done, never a wrong name alone, and why is said.
@@ -670,7 +670,7 @@ fn without_launch_hooks_the_shim_says_so_and_still_names_the_stuck_kernel() {
 
 /// A process whose context is on device 1 (a rank on `cuda:1`): its stuck kernel is reported
 /// on device 1 — through the launch hooks (the device of the launch's current context) and
-/// through the driver's callbacks alike (issue 13: a rank on cuda:1 was reported as dev 0).
+/// through the driver's callbacks alike (a rank on cuda:1 was reported as dev 0).
 #[test]
 fn a_kernel_stuck_on_device_1_is_reported_on_device_1() {
     require_root!();

@@ -1,5 +1,4 @@
-//! `cargo xtask bench answer`: time to first answer on the simulated driver (issue 13, item
-//! 4). A worker with the shim wedges 1 s in and stays wedged (the 3 a.m. case: wedgeprobe
+//! `cargo xtask bench answer`: time to first answer on the simulated driver. A worker with the shim wedges 1 s in and stays wedged (the 3 a.m. case: wedgeprobe
 //! arrives after the wedge); per round, interleaved:
 //! - `report`: wall time of `wedgeprobe report --pid P` (the window is 1 s) until its answer is
 //!   out (stdout closed) and until it exits, as a shell sees it (`WEDGEPROBE_TIMINGS=1` shows

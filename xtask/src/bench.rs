@@ -40,14 +40,14 @@ enum What {
     /// callbacks (`WEDGEPROBE_SHIM_HOOKS=off`, as with CUPTI's callbacks on a GPU — the
     /// simulated callbacks cost less than CUPTI's dispatch).
     Shim,
-    /// Export time and peak RSS of a Chrome trace of N events (issue 4's goal: 1M events in
+    /// Export time and peak RSS of a Chrome trace of N events (the goal: 1M events in
     /// ≤ 2 s and ≤ 200 MiB), plain and gzip.
     TraceExport {
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
     },
     /// The daemon's own CPU and memory while it watches N busy processes on the simulated
-    /// driver (issue 5's bound: < 2% of one core, < 100 MiB RSS at steady state).
+    /// driver (the bound: < 2% of one core, < 100 MiB RSS at steady state).
     Daemon {
         #[arg(long, default_value_t = 8)]
         procs: u32,

@@ -72,7 +72,7 @@ pub fn not_instrumented(target: &Target) -> Result<(), InjectError> {
 
 /// No breakpoint on a traced entry point: an `int3` there is a uprobe (a running `wedgeprobe
 /// watch`, `report` or daemon puts them on launches and synchronizes) or a debugger's, and
-/// the shim's hooks cannot go in beside it. Found on the H200 (session 10): an attach after
+/// the shim's hooks cannot go in beside it. Found on the H200 (2026-12-01): an attach after
 /// the daemon had started watching the process got as far as the shim, which refused with
 /// "instructions the shim does not move" — said here first, with what to do.
 pub fn no_breakpoints(

@@ -80,7 +80,7 @@ const MAX_CANDIDATES: usize = 16;
 
 /// Marks are published by the shim's flush thread every 100 ms. When its last sign of life
 /// (the journal's heartbeat) is older than this, it is waiting somewhere — on the H200
-/// (session 10) event-mark queries waited behind a launch blocked in the full queue — and a
+/// (2026-12-01) event-mark queries waited behind a launch blocked in the full queue — and a
 /// mark the GPU passed meanwhile may not be published: "a mark right after the head, not
 /// passed" no longer proves the head is the stuck one. Ten periods: a loaded machine's
 /// scheduling delay is not taken for it.

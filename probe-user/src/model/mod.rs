@@ -94,7 +94,7 @@ impl CurrentCall {
 ///
 /// Why the waiting time: busy means wanting a core, not getting one. On the 2-core CI
 /// machine with one core half taken by another load, one of two spinning ranks got 70-79% of
-/// a core and was not a stall (`cargo xtask test` beside a busy loop, session 13); a rank on
+/// a core and was not a stall (`cargo xtask test` beside a busy loop, 2026-12-02); a rank on
 /// an oversubscribed host meets the same, and one in a CPU-limited container more so (a busy
 /// loop under a 30% CFS quota read 30% on a core and 70% waiting: throttled time is run-queue
 /// wait). The scheduler's run-queue wait (`/proc/PID/task/TID/schedstat`) is that time.
@@ -845,7 +845,7 @@ impl Model {
     /// `pid`'s shim journal, created at `created_ns`, is read from now on: it holds every
     /// launch and completion since then, so the last sign of GPU work is what it says (the
     /// creation itself when it says nothing) — possibly long before attach. A stall that
-    /// began before attach is then measured from its real start (issue 13: a boot deadlock
+    /// began before attach is then measured from its real start (a boot deadlock
     /// reported healthy because `--stall-after` counted from attach).
     pub fn journal_opened(&mut self, pid: u32, created_ns: u64) {
         if let Some(p) = self.procs.get_mut(&pid)

@@ -183,9 +183,9 @@ const PF_EXITING: u64 = 0x4;
 
 /// Whether `pid` has exited or is exiting: gone, a zombie, its leader's exit begun
 /// (`PF_EXITING`), or its memory given back already (an empty command line; kernel threads,
-/// the other such case, are never targets). Seen on the H200 and here (session 11): a process
+/// the other such case, are never targets). Seen on the H200 and here (2026-12-02): a process
 /// in its exit keeps its /proc entry for seconds while it closes its files — a wedgeprobe's
-/// uprobes among them. And on the H200 (session 12): a short-lived process whose root was
+/// uprobes among them. And on the H200 (2026-12-02): a short-lived process whose root was
 /// already gone was logged as `attach_failed` — likely its leader past `exit_fs` while other
 /// threads still held its memory (so its command line was there); its leader's flags then say
 /// it is exiting. (Not reproduced here.)

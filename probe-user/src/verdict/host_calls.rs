@@ -72,7 +72,7 @@ impl VerdictKind {
 /// See the `unknown` filter in `decide`.
 const UNKNOWN_CALL_BOUND_MS: f64 = 10_000.0;
 /// CUDA's initialisation (`cuInit`, the primary context) took 10–17 s in PyTorch on the H200
-/// VM (session 10); past two minutes it is a hang worth a verdict (a GPU that does not come up).
+/// VM (2026-12-01); past two minutes it is a hang worth a verdict (a GPU that does not come up).
 const INIT_CALL_BOUND_MS: f64 = 120_000.0;
 
 /// `kernels_visible`: a shim journal is read, so `apply_kernels` will name the kernel; in
@@ -208,7 +208,7 @@ pub fn decide(
     }
     // Blocked threads that are left are inside libcuda at an entry point not traced, or
     // initialising CUDA, under their bounds: the table lists them as blocked, so the summary
-    // must not say "no thread" (issue 13: a table with a BLOCKED row under "no thread inside a
+    // must not say "no thread" (a table with a BLOCKED row under "no thread inside a
     // CUDA driver call").
     let initialising = of(Some(ApiClass::Init));
     let summary = if blocked.is_empty() {
@@ -262,7 +262,7 @@ mod tests {
 
     /// A thread inside libcuda at an entry point not traced, past the blocked bound but under
     /// the module-load bound, is listed blocked in the table: the healthy summary names it
-    /// rather than saying "no thread inside a CUDA driver call" (issue 13, item 2).
+    /// rather than saying "no thread inside a CUDA driver call" .
     #[test]
     fn a_healthy_summary_never_contradicts_a_blocked_row() {
         let v = decide(
@@ -292,7 +292,7 @@ mod tests {
 
     /// CUDA's initialisation takes seconds (10–17 s in PyTorch on the H200 VM): a thread in
     /// `cuInit` that long is named and healthy; only past the initialisation bound is it a
-    /// verdict (the daemon called it "blocked in the driver" at 10 s, session 10).
+    /// verdict (the daemon called it "blocked in the driver" at 10 s, 2026-12-01).
     #[test]
     fn initialising_cuda_for_seconds_is_healthy_and_named() {
         let v = decide(&[thread("cuInit", 17_000.0, 1000.0)], 1000.0, true, false);

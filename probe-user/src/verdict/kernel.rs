@@ -268,7 +268,7 @@ pub fn apply_kernels(
         // Several streams of one process stuck: none is singled out. One may only wait behind
         // another — a stream's work, and its marks, can wait for another stream's (the legacy
         // default stream and every blocking stream wait for each other; events), and the
-        // journal does not record those dependencies. Seen on the H200 (session 10): a fill
+        // journal does not record those dependencies. Seen on the H200 (2026-12-01): a fill
         // kernel on a side stream, done, could not be proven done behind a stuck graph on the
         // default stream.
         let mut same: Vec<&StreamHead> = heads

@@ -362,7 +362,7 @@ impl Daemon {
                 }
                 Err(_) if crate::process::target::exiting(pid) => {
                     // It exited while being attached (H200: a short-lived child that mapped
-                    // libcuda; session 11, one still exiting — its /proc entry there, its
+                    // libcuda; 2026-12-02, one still exiting — its /proc entry there, its
                     // root and memory gone — was logged as attach_failed): nothing to report.
                     self.discovery.forget(pid);
                 }
