@@ -35,8 +35,8 @@ pub fn pack(dir: &Path) -> anyhow::Result<()> {
         let keep = p
             .extension()
             .is_some_and(|x| x == "cu" || x == "cuh" || x == "py");
-        if keep {
-            fs::copy(&p, gpu.join(p.file_name().unwrap()))?;
+        if let (true, Some(name)) = (keep, p.file_name()) {
+            fs::copy(&p, gpu.join(name))?;
         }
     }
     let commit = Command::new("git")
