@@ -134,7 +134,7 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
         sim_context();
         // A launch the hooks recorded: what CUPTI's callbacks do when the hooks are in place
         // (their launch callbacks are off).
-        let hooked = (!launch.is_null() && crate::launch_hooks::recording())
+        let hooked = (!launch.is_null() && crate::launch_hooks::hook_records_this_launch())
             || crate::call_hooks::covers(api);
         LEFT_TO_HOOKS.with(|l| l.set(hooked));
         if hooked {

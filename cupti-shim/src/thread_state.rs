@@ -20,6 +20,10 @@ pub const SLOT_NONE: u32 = u32::MAX - 1;
 pub struct ThreadState {
     /// Inside a hooked launch entry point now (the hook coverage check reads it).
     pub inside: Cell<bool>,
+    /// The hooked launch this thread is inside is being recorded by the hook (decided once
+    /// at its entry): a backend's launch callback nested in the same call leaves it alone,
+    /// whatever the pass-through flag says by then.
+    pub hook_records: Cell<bool>,
     /// This thread's journal slot (`SLOT_UNCLAIMED`, `SLOT_NONE`, or the index).
     pub slot: Cell<u32>,
     /// This thread's id (0 = not read yet): gettid is a syscall, too dear for every launch.
@@ -54,6 +58,7 @@ thread_local! {
     static STATE: ThreadState = const {
         ThreadState {
             inside: Cell::new(false),
+            hook_records: Cell::new(false),
             slot: Cell::new(SLOT_UNCLAIMED),
             tid: Cell::new(0),
             in_launch: Cell::new((0, 0)),

@@ -122,8 +122,10 @@ fn a_trace_of_a_launch_bound_loop_keeps_every_launch_or_counts_what_it_lost() {
     );
     if lost == 0 {
         // At least every launch: once, under load, one launch was kept twice (two correlation
-        // ids, one launch each way, likely as the per-kernel lease handed recording from the
-        // hooks to the driver's callbacks), so this is not an equality.
+        // ids: the simulated driver's callback recorded a launch its hook had recorded, the
+        // pass-through flag flipping between them as the lease began; the callback now asks
+        // the hook, `launch_hooks::hook_records_this_launch`). Not proven the only cause,
+        // so not an equality.
         assert!(launches >= LAUNCHES, "{summary}");
         assert!(summary.contains("no journal record lost"), "{summary}");
     } else {
