@@ -260,11 +260,7 @@ impl Collector {
             }
             Err(e) => {
                 let info = JournalInfo {
-                    path: at
-                        .path
-                        .trim_start_matches('/')
-                        .trim_end_matches(" (deleted)")
-                        .into(),
+                    path: crate::journal::shown_path(&at.path),
                     status: JournalStatus::Rejected(format!("{e:#}")),
                     ..JournalInfo::default()
                 };

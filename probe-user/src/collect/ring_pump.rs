@@ -134,17 +134,8 @@ impl RingPump {
             .journals
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let Some(p) = j.get_mut(&pid).map(|p| &mut p.buf) else {
-            return Taken::default();
-        };
-        Taken {
-            read: RingRead {
-                records: std::mem::take(&mut p.records),
-                next: p.next,
-                lost: std::mem::take(&mut p.lost),
-            },
-            gaps: std::mem::take(&mut p.gaps),
-        }
+        j.get_mut(&pid)
+            .map_or_else(Taken::default, |p| drain(&mut p.buf))
     }
 }
 
@@ -162,15 +153,7 @@ impl RingPump {
         };
         let read = p.journal.view().ring_since(p.buf.next);
         append(&mut p.buf, read, usize::MAX, crate::sys::monotonic_ns());
-        let b = &mut p.buf;
-        Taken {
-            read: RingRead {
-                records: std::mem::take(&mut b.records),
-                next: b.next,
-                lost: std::mem::take(&mut b.lost),
-            },
-            gaps: std::mem::take(&mut b.gaps),
-        }
+        drain(&mut p.buf)
     }
 }
 
@@ -208,6 +191,18 @@ fn pump_once(s: &Shared) {
             CAPACITY.saturating_sub(held),
             crate::sys::monotonic_ns(),
         );
+    }
+}
+
+/// Everything `b` holds, as a cursor absorbs it (`next`: where the pump goes on).
+fn drain(b: &mut Buffered) -> Taken {
+    Taken {
+        read: RingRead {
+            records: std::mem::take(&mut b.records),
+            next: b.next,
+            lost: std::mem::take(&mut b.lost),
+        },
+        gaps: std::mem::take(&mut b.gaps),
     }
 }
 

@@ -524,7 +524,7 @@ impl MappedJournal {
 }
 
 /// `/memfd:wedgeprobe-journal (deleted)` as a user knows it: `memfd:wedgeprobe-journal`.
-fn shown_path(maps_path: &str) -> String {
+pub fn shown_path(maps_path: &str) -> String {
     maps_path
         .trim_start_matches('/')
         .trim_end_matches(" (deleted)")

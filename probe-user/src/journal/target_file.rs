@@ -106,8 +106,8 @@ fn process_uid(pid: u32) -> Option<u32> {
 /// The process's pid in its own pid namespace (the last field of `NSpid:`; the pid itself on
 /// kernels without it): what its `getpid` returns, so what its shim wrote in the header.
 pub fn pid_in_namespace(pid: u32) -> u32 {
-    status_field(pid, "NSpid:")
-        .and_then(|f| f.split_whitespace().last()?.parse().ok())
+    crate::process::ns_tids::ns_pids(&format!("/proc/{pid}/status"))
+        .and_then(|v| v.last().copied())
         .unwrap_or(pid)
 }
 

@@ -72,7 +72,7 @@ impl NsTids {
 }
 
 /// The `NSpid:` ids of a /proc status file, outermost first.
-fn ns_pids(status_path: &str) -> Option<Vec<u32>> {
+pub fn ns_pids(status_path: &str) -> Option<Vec<u32>> {
     let s = std::fs::read_to_string(status_path).ok()?;
     parse_ns_pids(&s)
 }
