@@ -387,29 +387,38 @@ impl Writer {
 
     /// Records a launch: an in-flight slot (until its completion) and a ring record.
     /// Returns false (counted) if the in-flight table has no room near its home slot.
-    pub fn launch(&self, l: &Launch) -> bool {
-        self.launch_predicting(l, &mut Lines::default())
+    pub fn launch(&self, l: &Launch, stream_slot: Option<u32>) -> bool {
+        self.launch_predicting(l, stream_slot, &mut Lines::default())
     }
 
     /// `launch`, saying in `next` where the thread's next launch will likely write its ring
     /// record and in-flight slot (`next.thread` is left as it is): for `prefetch_lines`.
+    /// `stream_slot`: the stream's slot (`mark_slot`), whose record count numbers the record.
     #[inline]
-    pub fn launch_predicting(&self, l: &Launch, next: &mut Lines) -> bool {
-        let index = self.ring_push(&RingRecord {
-            kind: RECORD_LAUNCH,
-            correlation: l.correlation,
-            name_id: l.name_id,
-            start_ns: l.launch_ns,
-            stream: l.stream,
-            stream_id: l.stream_id,
-            device: l.device,
-            tid: l.tid,
-            api: l.api,
-            grid: l.grid,
-            block: l.block,
-            cluster: cluster16(l.cluster),
-            ..RingRecord::default()
-        });
+    pub fn launch_predicting(
+        &self,
+        l: &Launch,
+        stream_slot: Option<u32>,
+        next: &mut Lines,
+    ) -> bool {
+        let index = self.ring_push_counted(
+            stream_slot,
+            &RingRecord {
+                kind: RECORD_LAUNCH,
+                correlation: l.correlation,
+                name_id: l.name_id,
+                start_ns: l.launch_ns,
+                stream: l.stream,
+                stream_id: l.stream_id,
+                device: l.device,
+                tid: l.tid,
+                api: l.api,
+                grid: l.grid,
+                block: l.block,
+                cluster: cluster16(l.cluster),
+                ..RingRecord::default()
+            },
+        );
         next.ring = self.ring_record_off(index + 1);
         next.slot = self.inflight_off(wrap(l.correlation + 1, self.layout.inflight_cap));
         if l.correlation == 0 {
@@ -557,7 +566,10 @@ impl Writer {
         r.end_ns = c.end_ns;
         r.stream_id = c.stream_id;
         r.device = c.device;
-        self.ring_push(&r);
+        // Completions are written off the launch path (the flush thread, CUPTI's buffer
+        // callback): a probe of the stream table here costs the application nothing.
+        let slot = self.find_mark_slot(c.stream_id.wrapping_add(1).max(1));
+        self.ring_push_counted(slot, &r);
     }
 
     /// A launch turned out to be captured into a graph (it will never run as itself).
@@ -713,6 +725,20 @@ impl Writer {
 
     // ---- ring ----
 
+    /// `ring_push`, numbering the record on its stream first (`RingRecord::stream_seq`):
+    /// the count is taken before the ring index, so a reader that read the ring head before
+    /// the counts knows every record numbered above them is at or after that head.
+    #[inline]
+    fn ring_push_counted(&self, stream_slot: Option<u32>, r: &RingRecord) -> u64 {
+        match stream_slot.and_then(|s| self.stream_records(s)) {
+            Some(count) => self.ring_push(&RingRecord {
+                stream_seq: count.fetch_add(1, AcqRel) + 1,
+                ..*r
+            }),
+            None => self.ring_push(r),
+        }
+    }
+
     /// Appends `r` to the ring (its `seq` is set here).
     fn ring_push(&self, r: &RingRecord) -> u64 {
         let index = self
@@ -811,6 +837,50 @@ mod tests {
         }
     }
 
+    fn ring_record(w: &Writer, index: u64) -> RingRecord {
+        let off = w.ring_record_off(index) as usize;
+        // SAFETY: a whole record inside the journal, read while nothing writes it.
+        unsafe { w.base.as_ptr().add(off).cast::<RingRecord>().read() }
+    }
+
+    #[test]
+    fn launches_and_completions_are_numbered_on_their_stream() {
+        let mut mem = Vec::new();
+        let w = writer(&mut mem);
+        let a = w.mark_slot(8, 0, 0x100).unwrap();
+        let b = w.mark_slot(9, 0, 0x200).unwrap();
+        let on = |corr: u64, stream_id: u32| Launch {
+            stream_id,
+            ..launch(corr, 0)
+        };
+        assert!(w.launch(&on(1, 7), Some(a)));
+        assert!(w.launch(&on(2, 8), Some(b)));
+        assert!(w.launch(&on(3, 7), Some(a)));
+        w.complete(&Completion {
+            correlation: 1,
+            stream_id: 7,
+            ..Completion::default()
+        });
+        w.synced(3, ALL_STREAMS, 5);
+        assert!(w.launch(&on(4, 99), None));
+        let seqs: Vec<(u32, u64)> = (0..6)
+            .map(|i| ring_record(&w, i))
+            .map(|r| (r.stream_id, r.stream_seq))
+            .collect();
+        assert_eq!(
+            seqs,
+            [(7, 1), (8, 1), (7, 2), (7, 3), (0, 0), (99, 0)],
+            "per stream from 1; a synchronize and a stream with no slot are not numbered"
+        );
+        assert_eq!(w.stream_records(a).unwrap().load(Relaxed), 3);
+        assert_eq!(w.stream_records(b).unwrap().load(Relaxed), 1);
+        assert_eq!(
+            w.find_mark_slot(10),
+            None,
+            "looking a stream up does not claim it"
+        );
+    }
+
     fn drops(w: &Writer, which: usize) -> u64 {
         w.word((offset_of!(Header, drops) + which * 8) as u64)
             .load(Relaxed)
@@ -823,9 +893,9 @@ mod tests {
         let mut mem = Vec::new();
         let w = writer(&mut mem);
         let mut next = Lines::default();
-        assert!(w.launch_predicting(&launch(41, 0), &mut next));
+        assert!(w.launch_predicting(&launch(41, 0), None, &mut next));
         let predicted = next;
-        assert!(w.launch_predicting(&launch(42, 0), &mut next));
+        assert!(w.launch_predicting(&launch(42, 0), None, &mut next));
         let head = w.word(offset_of!(Header, ring_head) as u64).load(Relaxed);
         assert_eq!(predicted.ring, w.ring_record_off(head - 1), "ring record");
         assert_eq!(Some(predicted.slot), w.find_inflight(42), "in-flight slot");
@@ -839,7 +909,7 @@ mod tests {
         let mut mem = Vec::new();
         let w = writer(&mut mem);
         for c in 1..=100 {
-            assert!(w.launch(&launch(c, 0)));
+            assert!(w.launch(&launch(c, 0), None));
         }
         let slot = |c: u64| {
             w.find_inflight(c)
@@ -864,7 +934,7 @@ mod tests {
         let cap = w.layout.inflight_cap as u64;
         // A stuck kernel and 1,500 launches queued behind it: never retired (no mark).
         for c in 1..=1_500 {
-            assert!(w.launch(&launch(c, 0)));
+            assert!(w.launch(&launch(c, 0), None));
         }
         // Another stream keeps launching; its mark passes everything it launched, so its own
         // slots are reused, and its homes come round to the held run again and again.
@@ -876,7 +946,7 @@ mod tests {
             unsafe { AtomicU64::from_ptr(words.as_ptr().cast_mut()) }.store(v, Relaxed)
         };
         for c in 1_501..1_501 + 3 * cap {
-            assert!(w.launch(&launch(c, 1)), "launch {c} found no slot");
+            assert!(w.launch(&launch(c, 1), None), "launch {c} found no slot");
             done(c);
         }
         assert_eq!(drops(&w, drops::INFLIGHT_FULL), 0);
@@ -897,13 +967,13 @@ mod tests {
             // SAFETY: index 0 of the words above.
             unsafe { AtomicU64::from_ptr(words.as_ptr().cast_mut()) }
         };
-        assert!(w.launch(&launch(5, 1)));
+        assert!(w.launch(&launch(5, 1), None));
         // Launch 5 + cap has 5's home; 5 is not retired, so it goes elsewhere.
-        assert!(w.launch(&launch(5 + cap, 1)));
+        assert!(w.launch(&launch(5 + cap, 1), None));
         assert!(w.find_inflight(5).is_some());
         // The mark passes 5 (the cache has not seen it yet: read from the word).
         word().store(5, Relaxed);
-        assert!(w.launch(&launch(5 + 2 * cap, 1)));
+        assert!(w.launch(&launch(5 + 2 * cap, 1), None));
         assert!(w.find_inflight(5).is_none(), "retired launch kept its slot");
         assert_eq!(w.done_seen[0].load(Relaxed), 5);
     }

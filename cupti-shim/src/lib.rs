@@ -41,6 +41,31 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use probe_common::journal::Layout;
 
+/// The journal's layout: the default, or with `WEDGEPROBE_SHIM_RING_RECORDS` records on
+/// the ring — the flight recorder's depth (16,384 by default: ~0.2 s of a launch-bound loop;
+/// 112 bytes each). A power of two from 1,024 to 1,048,576; anything else is said once and
+/// the default used.
+fn layout_from_env() -> Layout {
+    let Ok(v) = std::env::var("WEDGEPROBE_SHIM_RING_RECORDS") else {
+        return Layout::DEFAULT;
+    };
+    match v.parse::<u32>() {
+        Ok(n) if n.is_power_of_two() && (1024..=1 << 20).contains(&n) => Layout {
+            ring_cap: n,
+            ..Layout::DEFAULT
+        },
+        _ => {
+            let line = format!(
+                "WEDGEPROBE_SHIM_RING_RECORDS={v} is not a power of two from 1024 to 1048576; \
+                 the ring keeps {} records",
+                Layout::DEFAULT.ring_cap
+            );
+            log_line(line.as_bytes());
+            Layout::DEFAULT
+        }
+    }
+}
+
 /// Entry point the CUDA driver calls when it loads `CUDA_INJECTION64_PATH`: 1 when the shim
 /// records, 0 when it turned itself off (the driver then carries on without it).
 #[unsafe(no_mangle)]
@@ -63,8 +88,8 @@ fn init() -> Result<(), String> {
         return Err("disabled by WEDGEPROBE_SHIM".into());
     }
     measure::switches();
-    let rec =
-        recorder::start(Layout::DEFAULT).map_err(|e| format!("cannot create its journal: {e}"))?;
+    let rec = recorder::start(layout_from_env())
+        .map_err(|e| format!("cannot create its journal: {e}"))?;
     match std::env::var("WEDGEPROBE_SHIM_RECORD").as_deref() {
         Ok("exact") => {}
         Ok("marks") | Err(_) => {

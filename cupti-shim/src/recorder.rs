@@ -292,7 +292,9 @@ impl Recorder {
         if graph {
             launch.nodes_pending = self.writer.graph_exec_kernels(launch.graph_id);
         }
-        let pending = self.mark_decision(&mut launch, ctx, mark_slot);
+        let stream_slot =
+            mark_slot.or_else(|| self.mark_slot_of(launch.stream_id, launch.device, launch.stream));
+        let pending = self.mark_decision(&mut launch, ctx, stream_slot);
         if t.pre_attach_taken.take() {
             // The launch's id went to the record of the stream's work from before an attach:
             // the thread's slot names its new one.
@@ -300,18 +302,17 @@ impl Recorder {
         }
         t.in_launch.set((launch.correlation, launch.name_id));
         let mut next = t.next_lines.get();
-        self.writer.launch_predicting(&launch, &mut next);
+        self.writer
+            .launch_predicting(&launch, stream_slot, &mut next);
         t.next_lines.set(next);
         t.pending
             .set(pending.map(|d| (launch.correlation, graph, d)));
     }
 
-    /// The journal mark slot of a launch's stream (`None`: not in the marks mode, or the
-    /// table is full): what the launch hooks cache per stream.
+    /// The journal slot of a launch's stream (`None`: the table is full), in both record
+    /// modes: its marks (marks mode) and its record count: what the launch hooks cache per
+    /// stream.
     pub fn mark_slot_of(&self, stream_id: u32, device: u32, stream: u64) -> Option<u32> {
-        if self.writer.record_mode() != RECORD_MARKS {
-            return None;
-        }
         self.writer
             .mark_slot(stream_id.wrapping_add(1).max(1), device, stream)
     }
@@ -324,16 +325,13 @@ impl Recorder {
         &self,
         launch: &mut Launch,
         ctx: u64,
-        cached_slot: Option<u32>,
+        stream_slot: Option<u32>,
     ) -> Option<Pending> {
         if self.writer.record_mode() != RECORD_MARKS {
             return None;
         }
         let m = crate::launch_hooks::hot_marks()?;
-        let slot = match cached_slot {
-            Some(s) => s,
-            None => self.mark_slot_of(launch.stream_id, launch.device, launch.stream)?,
-        };
+        let slot = stream_slot?;
         launch.mark = slot + 1;
         // The context a stream's launches run in: the flush thread's idle marks need it.
         m.set_context(slot, launch.stream, ctx);
@@ -378,18 +376,21 @@ impl Recorder {
         let pre = launch.correlation;
         launch.correlation = self.next_correlation();
         thread_state::with(|t| t.pre_attach_taken.set(true));
-        self.writer.launch(&Launch {
-            correlation: pre,
-            name_id: self.writer.intern(probe_common::journal::PRE_ATTACH_NAME),
-            launch_ns: self.writer.created_ns(),
-            stream: launch.stream,
-            stream_id: launch.stream_id,
-            device: launch.device,
-            api: launch.api,
-            tid: launch.tid,
-            mark: slot + 1,
-            ..Launch::default()
-        });
+        self.writer.launch(
+            &Launch {
+                correlation: pre,
+                name_id: self.writer.intern(probe_common::journal::PRE_ATTACH_NAME),
+                launch_ns: self.writer.created_ns(),
+                stream: launch.stream,
+                stream_id: launch.stream_id,
+                device: launch.device,
+                api: launch.api,
+                tid: launch.tid,
+                mark: slot + 1,
+                ..Launch::default()
+            },
+            Some(slot),
+        );
         pre
     }
 

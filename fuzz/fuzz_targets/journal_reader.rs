@@ -37,7 +37,7 @@ fn valid_image() -> OwnedJournal {
         w.enter(slot, 0, 3, 100);
     }
     for corr in 1..=6 {
-        w.launch(&Launch { correlation: corr, name_id: name, launch_ns: corr, ..Launch::default() });
+        w.launch(&Launch { correlation: corr, name_id: name, launch_ns: corr, ..Launch::default() }, None);
     }
     w.complete(&Completion { correlation: 1, start_ns: 5, end_ns: 6, ..Completion::default() });
     // A graph with two kernel nodes, instantiated (clones), launched, one node done.
@@ -45,7 +45,7 @@ fn valid_image() -> OwnedJournal {
     w.graph_kernel_node(22, 0, 3, name);
     w.graph_kernel_node(31, 21, 4, 0);
     w.graph_exec(9, 3);
-    w.launch(&Launch { correlation: 7, graph_id: 9, nodes_pending: 2, ..Launch::default() });
+    w.launch(&Launch { correlation: 7, graph_id: 9, nodes_pending: 2, ..Launch::default() }, None);
     w.complete(&Completion { correlation: 7, graph_node: 31, ..Completion::default() });
     w.synced(8, 0, 9);
     mem
@@ -71,7 +71,7 @@ fn marks_image() -> OwnedJournal {
             stream_id: 4,
             mark: slot + 1,
             ..Launch::default()
-        });
+        }, None);
         if corr % 3 == 0 {
             w.set_marked(corr);
         }

@@ -23,7 +23,9 @@
 //! - `NameSlot`: claimed by CAS on `hash` (0 = empty); `len` is stored last (0 = not ready).
 //! - `GraphSlot`: claimed by CAS on `key` (0 = empty); `kind` is stored last (0 = not ready).
 //! - `MarkSlot`: one per stream, claimed by CAS on `key` (0 = empty); `done`/`done_at_ns` are
-//!   stored by the shim's flush thread from the stream's GPU-written progress word.
+//!   stored by the shim's flush thread from the stream's GPU-written progress word; `records`
+//!   is a counter every writer of one of the stream's ring records bumps (`fetch_add`) before
+//!   it reserves the record's ring index.
 //! - `Header::control` and `Header::per_kernel_until_ns`: the words the *reader* writes (a
 //!   request to the shim, see `CONTROL_RELEASE`; a lease on per-kernel records); the shim
 //!   polls them from its flush thread.
@@ -39,14 +41,16 @@ pub const MEMFD_NAME: &str = "wedgeprobe-journal";
 pub const MAPS_PATH: &str = "/memfd:wedgeprobe-journal (deleted)";
 
 /// `b"WPJRNL"` then the format's major version.
-pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x03";
+pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x04";
 /// 2: CUDA graph table, `InflightSlot::nodes_pending`, `Header::control`, ring records with
 /// the launch's shape and graph node (104 B).
 /// 3: stream progress marks (`MarkSlot`, `Header::record_mode`), `InflightSlot::mark` and
 /// `flags` (104 B slots).
-pub const VERSION: u32 = 3;
+/// 4: per-stream record counts (`MarkSlot::records`, 40 B; claimed in both record modes) and
+/// each ring record's number on its stream (`RingRecord::stream_seq`, 112 B).
+pub const VERSION: u32 = 4;
 /// Versions this reader knows to be older, to tell "upgrade the shim" from "corrupt".
-pub const OLDER_VERSIONS: [u32; 2] = [1, 2];
+pub const OLDER_VERSIONS: [u32; 3] = [1, 2, 3];
 
 /// `Header::record_mode`: how the shim learns that kernels completed.
 /// Per-kernel completion records (CUPTI CONCURRENT_KERNEL): every kernel's end is known, so
@@ -254,6 +258,11 @@ pub struct RingRecord {
     pub cluster: [u16; 4],
     /// Node done: CUPTI's graph node id.
     pub graph_node: u64,
+    /// Launch and done records: this record's number among its stream's (from 1), taken from
+    /// the stream's `MarkSlot::records` before the ring index: a reader that misses records
+    /// knows on which streams, and how many (0: not counted per stream — synchronizes,
+    /// captures, a stream that got no slot).
+    pub stream_seq: u64,
 }
 
 /// Bytes of a kernel name kept (mangled names of templated kernels run past 1 KiB; the
@@ -295,7 +304,8 @@ pub struct GraphSlot {
     pub _pad: u32,
 }
 
-/// One stream's progress as its marks report it.
+/// One stream: its progress as its marks report it (marks mode), and how many ring records
+/// were written for it (both modes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MarkSlot {
@@ -309,6 +319,8 @@ pub struct MarkSlot {
     /// CLOCK_MONOTONIC ns when the shim first saw `done` at its current value (atomic; within
     /// the flush thread's period, 100 ms, of when the GPU passed the mark).
     pub done_at_ns: u64,
+    /// Ring records ever written for this stream (atomic; see `RingRecord::stream_seq`).
+    pub records: u64,
 }
 
 /// FNV-1a 64, with 0 mapped to 1 (0 marks an empty name slot).
@@ -335,7 +347,7 @@ pub struct Layout {
 impl Layout {
     /// Defaults: 1,024 threads, 8,192 in-flight launches (8 streams × a full 1,021-deep
     /// queue), a 16,384-record ring (the last ~0.2 s of a launch-bound loop), 4,096 names,
-    /// 4,096 graph nodes and executable graphs, 1,024 streams' marks: 3.6 MiB in all.
+    /// 4,096 graph nodes and executable graphs, 1,024 streams' slots: 3.8 MiB in all.
     pub const DEFAULT: Layout = Layout {
         threads_cap: 1024,
         inflight_cap: 8192,
@@ -544,17 +556,17 @@ mod tests {
         assert_eq!(offset_of!(Header, ring_head), 120);
         assert_eq!(size_of::<ThreadSlot>(), 32);
         assert_eq!(size_of::<InflightSlot>(), 104);
-        assert_eq!(size_of::<MarkSlot>(), 32);
+        assert_eq!(size_of::<MarkSlot>(), 40);
         assert_eq!(offset_of!(Header, record_mode), 232);
         assert_eq!(offset_of!(Header, per_kernel_until_ns), 248);
         assert_eq!(offset_of!(Header, flags), 244);
         assert_eq!(size_of::<GraphSlot>(), 32);
         assert_eq!(offset_of!(Header, control), 208);
-        assert_eq!(size_of::<RingRecord>(), 104);
+        assert_eq!(size_of::<RingRecord>(), 112);
         assert_eq!(size_of::<NameSlot>(), 256);
         assert_eq!(
             Layout::DEFAULT.total_size(),
-            256 + 32 * 1024 + 104 * 8192 + 104 * 16384 + 256 * 4096 + 32 * 4096 + 32 * 1024
+            256 + 32 * 1024 + 104 * 8192 + 112 * 16384 + 256 * 4096 + 32 * 4096 + 40 * 1024
         );
     }
 
@@ -582,10 +594,10 @@ mod tests {
         bad.magic[0] = b'X';
         assert_eq!(bad.validate(l.total_size()), Err(HeaderError::BadMagic));
         let mut bad = h;
-        bad.version = 2;
+        bad.version = 3;
         assert_eq!(
             bad.validate(l.total_size()),
-            Err(HeaderError::OlderVersion { version: 2 })
+            Err(HeaderError::OlderVersion { version: 3 })
         );
         bad.version = 9;
         assert_eq!(

@@ -308,16 +308,29 @@ int main(int argc, char **argv) {
          * stack stays warm (warm_stack). */
         long pollute = getenv("SIMWORKER_POLLUTE_KB") ? atol(getenv("SIMWORKER_POLLUTE_KB")) : 0;
         volatile char *junk = pollute > 0 ? calloc((size_t)pollute, 1024) : NULL;
+        /* SIMWORKER_STREAMS=N: the launches go round-robin over N streams (the first is the
+         * worker's stream), each stream getting launches/N of them. */
+        long nstreams = getenv("SIMWORKER_STREAMS") ? atol(getenv("SIMWORKER_STREAMS")) : 1;
+        if (nstreams < 1 || nstreams > 64) nstreams = 1;
+        CUstream streams[64];
+        streams[0] = stream;
+        for (long s = 1; s < nstreams; s++) cuStreamCreate(&streams[s], 0);
         struct timespec a, b;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
         double w0 = now_s();
         for (long i = 0; i < launches; i++) {
+            stream = streams[i % nstreams];
             launch(decode);
-            if (i % 1000 == 999) cuStreamSynchronize(stream); /* never fill the queue */
+            if (i % 1000 == 999) {
+                if (nstreams == 1) cuStreamSynchronize(stream); /* never fill the queue */
+                else cuCtxSynchronize();
+            }
             for (long k = 0; junk && k < pollute * 1024; k += 64) junk[k]++;
             if (junk) warm_stack();
         }
-        cuStreamSynchronize(stream);
+        if (nstreams == 1) cuStreamSynchronize(stream);
+        else cuCtxSynchronize();
+        stream = streams[0];
         double wall = now_s() - w0;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
         (void)a;

@@ -131,7 +131,7 @@ fn assert_named_from_journal(pid: u32) {
     assert_eq!(r["targets"][0]["journal"]["status"], "recording");
 }
 
-/// A pod's /dev/shm smaller than the journal (1 MiB; the journal is ~3.7 MiB), and one that is
+/// A pod's /dev/shm smaller than the journal (1 MiB; the journal is ~3.8 MiB), and one that is
 /// full: the process runs to its end, and its journal names the wedge. (With the journal a
 /// file in /dev/shm the first store to an unbacked page was SIGBUS: `Bus error`, exit 135.)
 #[test]

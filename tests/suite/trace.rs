@@ -74,6 +74,127 @@ fn a_trace_with_marks_records_the_kernels_that_run_while_it_traces() {
     );
 }
 
+/// A trace that loses records says on which streams, and how many: a reader descheduled
+/// for 400 ms (SIGSTOP; a loaded node does this to any process) while a launch-bound loop
+/// fills a 1,024-record ring over three streams. On each stream the records kept (launches
+/// on the host tracks, kernels on the stream's GPU track) and those its `lost_by_stream`
+/// marker counts add up to the records the shim numbered on it. (Before, a lost record's
+/// stream was gone with it: the trace said how many were lost, not whose, and a stream with
+/// holes looked idle.)
+#[test]
+fn a_trace_that_loses_records_counts_them_on_their_streams() {
+    require_root!();
+    let shim = shim_path();
+    const LAUNCHES: u64 = 300_000;
+    let mut w = Worker::spawn_piped(
+        &["bench", &LAUNCHES.to_string()],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMWORKER_LAUNCH_DELAY_MS", "3000"),
+            ("SIMWORKER_STREAMS", "3"),
+            ("WEDGEPROBE_SHIM_RING_RECORDS", "1024"),
+        ],
+    );
+    w.wait_for_cuda();
+    let out = tmp("streams-lost.json");
+    let t = Command::new(super::wedgeprobe_bin())
+        .args(["trace", "--pid", &w.pid_arg(), "--duration", "60s", "-o"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Into the loop (it starts 3 s after CUDA), then the reader stops for 400 ms.
+    sleep(secs(4.0));
+    let stop = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &t.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig}");
+    };
+    stop("-STOP");
+    sleep(secs(0.4));
+    stop("-CONT");
+    let r = t.wait_with_output().unwrap();
+    super::wait_for_background_detach();
+    let summary = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let mut made = String::new();
+    if let Some(mut s) = w.child.stdout.take() {
+        use std::io::Read as _;
+        let _ = s.read_to_string(&mut made);
+    }
+    assert!(made.contains(&format!("launches {LAUNCHES}")), "{made}");
+    let (events, _) = chrome_check::load(&out).unwrap();
+    let lost_total: u64 = events
+        .iter()
+        .filter(|e| e["cat"] == "lost")
+        .map(|e| {
+            e["args"]["overwritten_in_ring"].as_u64().unwrap_or(0)
+                + e["args"]["reader_buffer_full"].as_u64().unwrap_or(0)
+        })
+        .sum();
+    eprintln!("{summary}");
+    assert!(
+        lost_total > 0,
+        "a 1,024-record ring outran a stopped reader: {summary}"
+    );
+    // Each GPU stream track's handle, from its name: "stream N (0x…) of …".
+    let handle_of: std::collections::HashMap<u64, String> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .filter_map(|e| {
+            let name = e["args"]["name"].as_str()?;
+            let handle = name.split_once('(')?.1.split_once(')')?.0;
+            handle
+                .starts_with("0x")
+                .then(|| (e["tid"].as_u64().unwrap(), handle.to_string()))
+        })
+        .collect();
+    let per_stream: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["cat"] == "lost_by_stream")
+        .collect();
+    assert_eq!(
+        per_stream.len(),
+        3,
+        "one marker per stream that lost records: {summary}"
+    );
+    let mut on_streams = 0;
+    for m in per_stream {
+        let tid = m["tid"].as_u64().unwrap();
+        let (lost, written) = (
+            m["args"]["lost"].as_u64().unwrap(),
+            m["args"]["written"].as_u64().unwrap(),
+        );
+        let handle = &handle_of[&tid];
+        let kernels = events
+            .iter()
+            .filter(|e| e["cat"] == "kernel" && e["tid"].as_u64() == Some(tid))
+            .count() as u64;
+        let launches = events
+            .iter()
+            .filter(|e| e["cat"] == "launch" && e["args"]["stream"].as_str() == Some(handle))
+            .count() as u64;
+        assert_eq!(
+            launches + kernels + lost,
+            written,
+            "stream {handle}: {launches} launches + {kernels} kernels kept, {lost} lost, \
+             {written} written: {summary}"
+        );
+        assert!(written >= LAUNCHES / 3, "{m}");
+        assert!(
+            summary.contains(&format!(
+                "stream {}: {lost} of {written}",
+                m["args"]["stream_id"]
+            )),
+            "{summary}"
+        );
+        on_streams += lost;
+    }
+    assert!(on_streams <= lost_total, "{on_streams} > {lost_total}");
+}
+
 /// A trace of the whole life of a launch-bound loop (300,000 launches back to back, ~140k a
 /// second here) keeps every launch, or counts in the trace itself those it lost, so that the
 /// kept and the lost cover every launch made. (Reading the ring once a tick, a 3 s trace of such a loop

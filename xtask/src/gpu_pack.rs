@@ -12,20 +12,33 @@ use crate::{cargo, run, workspace_root};
 /// A carry holds at most 64 MiB; the pack must leave room for the working tree beside it.
 const MAX_PACK_BYTES: u64 = 48 << 20;
 
-pub fn pack(dir: &Path) -> anyhow::Result<()> {
+pub fn pack(dir: &Path, wrong_answer: bool) -> anyhow::Result<()> {
     let root = workspace_root();
     // Debug info off: the release profile keeps it for profiling here (the binaries are
     // ~10x larger with it).
-    run(cargo()
-        .args(["build", "--release", "-p", "probe-user", "-p", "cupti-shim"])
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
-        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols"))?;
+    let release = |extra: &[&str]| {
+        run(cargo()
+            .args(["build", "--release", "-p", "probe-user"])
+            .args(extra)
+            .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+            .env("CARGO_PROFILE_RELEASE_STRIP", "symbols"))
+    };
     if dir.exists() {
         fs::remove_dir_all(dir).with_context(|| format!("failed to empty {}", dir.display()))?;
     }
     let (bin, gpu) = (dir.join("bin"), dir.join("gpu"));
     fs::create_dir_all(&bin)?;
     fs::create_dir_all(&gpu)?;
+    if wrong_answer {
+        // First, and in the same target folder: only probe-user is rebuilt, twice.
+        release(&["--features", "wrong-kernel-verdict"])?;
+        fs::copy(
+            root.join("target/release/wedgeprobe"),
+            bin.join("wedgeprobe-wrong-kernel-verdict"),
+        )
+        .context("failed to copy the wrong-answer build")?;
+    }
+    release(&["-p", "cupti-shim"])?;
     for f in ["wedgeprobe", "libcupti_shim.so"] {
         fs::copy(root.join("target/release").join(f), bin.join(f))
             .with_context(|| format!("failed to copy {f}"))?;

@@ -33,6 +33,10 @@ enum Task {
         /// The folder to fill (emptied first); `.gpu-pack` is ignored by git.
         #[arg(default_value = ".gpu-pack")]
         dir: std::path::PathBuf,
+        /// Also pack `bin/wedgeprobe-wrong-kernel-verdict`, a build whose kernel verdict never
+        /// fires, for the harness's self-check (`run --wedgeprobe wrong-kernel-verdict …`).
+        #[arg(long)]
+        wrong_answer: bool,
     },
     /// Regenerate cupti-sys/src/bindings.rs from the pinned CUPTI headers (needs pip, libclang).
     Codegen,
@@ -45,7 +49,7 @@ fn main() {
         Task::Test => test(),
         Task::Bench(args) => bench::run(&args),
         Task::Codegen => codegen::run_codegen(),
-        Task::GpuPack { dir } => gpu_pack::pack(&dir),
+        Task::GpuPack { dir, wrong_answer } => gpu_pack::pack(&dir, wrong_answer),
     };
     if let Err(e) = result {
         eprintln!("xtask: {e:#}");

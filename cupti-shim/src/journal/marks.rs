@@ -6,7 +6,9 @@
 //! `MarkSlot` with the time it first saw the value, and launches read them directly to reuse
 //! in-flight slots of retired launches.
 //!
-//! Slots are claimed once per stream (first launch on it), off the per-launch path.
+//! Slots are claimed once per stream (first launch on it, in both record modes), off the
+//! per-launch path. Each also counts the ring records written for its stream
+//! (`MarkSlot::records`), so a reader that misses records can say on which streams.
 
 use core::{
     mem::{offset_of, size_of},
@@ -22,6 +24,7 @@ const DEVICE: u64 = offset_of!(MarkSlot, device) as u64;
 const STREAM: u64 = offset_of!(MarkSlot, stream) as u64;
 const DONE: u64 = offset_of!(MarkSlot, done) as u64;
 const DONE_AT: u64 = offset_of!(MarkSlot, done_at_ns) as u64;
+const RECORDS: u64 = offset_of!(MarkSlot, records) as u64;
 
 impl Writer {
     fn mark_off(&self, i: u32) -> u64 {
@@ -63,6 +66,27 @@ impl Writer {
         }
         self.count_drop(drops::MARKS_FULL);
         None
+    }
+
+    /// The slot of stream `key` if it was claimed (no claim: a completion on a stream no
+    /// launch named has nothing to number its records against).
+    pub fn find_mark_slot(&self, key: u32) -> Option<u32> {
+        let cap = self.layout.marks_cap;
+        let home = self.home(key as u64, cap);
+        for k in 0..cap.min(MAX_PROBE) {
+            let i = super::wrap(u64::from(home + k), cap);
+            match self.half(self.mark_off(i) + KEY).load(Acquire) {
+                k if k == key => return Some(i),
+                0 => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Stream slot `i`'s record counter (`None`: no such slot).
+    pub(super) fn stream_records(&self, i: u32) -> Option<&AtomicU64> {
+        (i < self.layout.marks_cap).then(|| self.word(self.mark_off(i) + RECORDS))
     }
 
     /// Hands the writer the progress words (`marks_cap` of them) the GPU writes.

@@ -317,6 +317,10 @@ impl Collector {
                 }
                 _ => cursor.advance_at_most(view, self.max_records_per_poll),
             };
+            if only.is_some() {
+                // The process exited: its streams' counts are final.
+                cursor.stream_losses.settle(&view.stream_counts());
+            }
             lap.mark(&mut self.phases[3]);
             for r in records {
                 if r.kind == RECORD_SYNCED {
@@ -409,6 +413,7 @@ impl Collector {
                     completions_seen: cursor.completed,
                     marks_passed: cursor.marks_passed,
                     ring_lost: cursor.lost,
+                    ring_lost_by_stream: cursor.stream_losses.lossy(),
                     ring_skipped: cursor.skipped,
                     drops: view.drops().into_iter().collect(),
                     attached_late: view.attached_late(),

@@ -111,6 +111,18 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
     {
         write_error = Some(err);
     }
+    let stream_losses: Vec<_> = engine
+        .collector
+        .model
+        .journals
+        .iter()
+        .flat_map(|(&pid, j)| j.ring_lost_by_stream.iter().map(move |l| (pid, *l)))
+        .collect();
+    if write_error.is_none()
+        && let Err(err) = trace.mark_stream_losses(&stream_losses, now, &engine.names)
+    {
+        write_error = Some(err);
+    }
     let events = trace.events;
     let (launches, kernels, lost) = (trace.launches, trace.kernels, trace.lost);
     let path = trace.path().to_path_buf();
@@ -139,9 +151,35 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
             let completeness = if lost == 0 {
                 "no journal record lost".to_string()
             } else {
+                let shown = 8;
+                let mut by_stream: Vec<String> = stream_losses
+                    .iter()
+                    .take(shown)
+                    .map(|(pid, l)| {
+                        format!(
+                            "pid {pid} stream {}: {} of {}",
+                            l.stream_id, l.lost, l.written
+                        )
+                    })
+                    .collect();
+                if stream_losses.len() > shown {
+                    by_stream.push(format!("{} more streams", stream_losses.len() - shown));
+                }
+                let on_streams: u64 = stream_losses.iter().map(|(_, l)| l.lost).sum();
+                let unnumbered = lost.saturating_sub(on_streams);
+                if unnumbered > 0 {
+                    by_stream.push(format!(
+                        "{unnumbered} synchronize/capture records or not yet placed on a stream"
+                    ));
+                }
                 format!(
                     "{lost} journal records LOST (the trace could not keep up; each gap is a \
-                     `journal records lost` marker on its process)"
+                     `journal records lost` marker on its process; by stream: {})",
+                    if by_stream.is_empty() {
+                        "none attributed".to_string()
+                    } else {
+                        by_stream.join(", ")
+                    }
                 )
             };
             writeln!(

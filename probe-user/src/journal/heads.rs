@@ -54,6 +54,8 @@ pub struct JournalCursor {
     /// The heads of the last in-flight table scan (see `heads_every`), and when it was.
     scanned: Vec<(StreamHead, HeadTimes)>,
     scanned_at_ns: Option<u64>,
+    /// Which streams' records were lost, and how many.
+    pub stream_losses: crate::journal::stream_losses::StreamLosses,
 }
 
 /// What a head's ages are computed from, kept between in-flight table scans.
@@ -103,6 +105,7 @@ impl JournalCursor {
             let from = head - max;
             self.skipped += from - self.next;
             self.next = from;
+            self.stream_losses.skipped();
         }
         let read = view.ring_since(self.next);
         self.absorb(view, read)
@@ -114,8 +117,12 @@ impl JournalCursor {
     /// while say records were lost.
     pub fn starting_at(view: &JournalView) -> Self {
         let cap = u64::from(view.layout().ring_cap);
+        let next = view.header_now_ring_head().saturating_sub(cap);
+        // After the head: every record numbered above these counts is at or after it.
+        let counts = view.stream_counts();
         Self {
-            next: view.header_now_ring_head().saturating_sub(cap),
+            next,
+            stream_losses: crate::journal::stream_losses::StreamLosses::after(&counts),
             ..Self::default()
         }
     }
@@ -134,6 +141,9 @@ impl JournalCursor {
     ) -> Vec<RingRecord> {
         self.next = read.next;
         self.lost += read.lost;
+        for r in &read.records {
+            self.stream_losses.note(r);
+        }
         for r in read.records.iter().filter(|r| r.kind == RECORD_SYNCED) {
             if r.stream == ALL_STREAMS {
                 self.synced_all = self.synced_all.max(r.correlation);
@@ -481,14 +491,17 @@ mod tests {
     }
 
     fn launch(w: &Writer, corr: u64, stream: u64, name: u32) {
-        w.launch(&Launch {
-            correlation: corr,
-            name_id: name,
-            launch_ns: corr * 1_000,
-            stream,
-            stream_id: stream as u32,
-            ..Launch::default()
-        });
+        w.launch(
+            &Launch {
+                correlation: corr,
+                name_id: name,
+                launch_ns: corr * 1_000,
+                stream,
+                stream_id: stream as u32,
+                ..Launch::default()
+            },
+            None,
+        );
     }
 
     #[test]
@@ -582,15 +595,18 @@ mod tests {
         }
         assert_eq!(w.graph_exec(9, 5), 3);
         assert_eq!(w.graph_exec_kernels(9), 3);
-        w.launch(&Launch {
-            correlation: 40,
-            launch_ns: 1_000,
-            stream: 7,
-            stream_id: 7,
-            graph_id: 9,
-            nodes_pending: 3,
-            ..Launch::default()
-        });
+        w.launch(
+            &Launch {
+                correlation: 40,
+                launch_ns: 1_000,
+                stream: 7,
+                stream_id: 7,
+                graph_id: 9,
+                nodes_pending: 3,
+                ..Launch::default()
+            },
+            None,
+        );
         launch(&w, 41, 7, pre); // queued behind the graph
         // The first node completes (reported by its clone's id): the graph launch stays in flight.
         w.complete(&Completion {
@@ -656,15 +672,18 @@ mod tests {
         let slot7 = w.mark_slot(7 + 1, 0, 7).unwrap();
         let slot9 = w.mark_slot(9 + 1, 0, 9).unwrap();
         let on = |corr: u64, stream: u64, name: u32, slot: u32| {
-            w.launch(&Launch {
-                correlation: corr,
-                name_id: name,
-                launch_ns: corr * 1_000,
-                stream,
-                stream_id: stream as u32,
-                mark: slot + 1,
-                ..Launch::default()
-            });
+            w.launch(
+                &Launch {
+                    correlation: corr,
+                    name_id: name,
+                    launch_ns: corr * 1_000,
+                    stream,
+                    stream_id: stream as u32,
+                    mark: slot + 1,
+                    ..Launch::default()
+                },
+                None,
+            );
         };
         // Stream 7: 1 (marked, passed), 2 a, 3 b, 4 stuck (marked after it, not passed), 5, 6.
         on(1, 7, a, slot7);
@@ -743,15 +762,18 @@ mod tests {
         let (a, b, stuck) = (w.intern(b"a"), w.intern(b"b"), w.intern(b"stuck"));
         let slot = w.mark_slot(9 + 1, 0, 9).unwrap();
         for (corr, name) in [(10, a), (11, stuck), (12, b), (13, b)] {
-            w.launch(&Launch {
-                correlation: corr,
-                name_id: name,
-                launch_ns: corr * 1_000,
-                stream: 9,
-                stream_id: 9,
-                mark: slot + 1,
-                ..Launch::default()
-            });
+            w.launch(
+                &Launch {
+                    correlation: corr,
+                    name_id: name,
+                    launch_ns: corr * 1_000,
+                    stream: 9,
+                    stream_id: 9,
+                    mark: slot + 1,
+                    ..Launch::default()
+                },
+                None,
+            );
             if corr <= 11 {
                 w.set_marked(corr);
             }

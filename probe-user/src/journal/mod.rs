@@ -8,10 +8,11 @@
 
 pub mod control;
 pub mod heads;
+pub mod stream_losses;
 pub mod target_file;
 
 use std::{
-    mem::size_of,
+    mem::{offset_of, size_of},
     sync::atomic::{AtomicU64, Ordering::*},
 };
 
@@ -258,8 +259,15 @@ impl JournalView {
             if key as u32 == 0 {
                 continue;
             }
-            let a: MarkSlot = self.read(off);
-            let b: MarkSlot = self.read(off);
+            // `records` moves with every launch on the stream: not part of the consistency check.
+            let a = MarkSlot {
+                records: 0,
+                ..self.read(off)
+            };
+            let b = MarkSlot {
+                records: 0,
+                ..self.read(off)
+            };
             if a != b || a.key == 0 {
                 continue;
             }
@@ -271,6 +279,26 @@ impl JournalView {
                 done: a.done,
                 done_at_ns: a.done_at_ns,
             });
+        }
+        out
+    }
+
+    /// Ring records written so far per stream: (CUPTI stream id, count), claimed slots only.
+    /// A slot's key never changes once claimed, so a key read before and after the count
+    /// vouches for it.
+    pub fn stream_counts(&self) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        for i in 0..self.layout.marks_cap {
+            let off = self.layout.marks_off() + i as u64 * size_of::<MarkSlot>() as u64;
+            // `key` and `device` share the slot's first word.
+            let key = self.read::<u64>(off) as u32;
+            if key == 0 {
+                continue;
+            }
+            let count: u64 = self.read(off + offset_of!(MarkSlot, records) as u64);
+            if self.read::<u64>(off) as u32 == key {
+                out.push((key - 1, count));
+            }
         }
         out
     }
@@ -591,7 +619,7 @@ mod tests {
         let slot = w.thread_slot(99).unwrap();
         w.enter(slot, 0, 3, 5_000);
         for corr in 1..=3 {
-            assert!(w.launch(&launch(corr, name)));
+            assert!(w.launch(&launch(corr, name), None));
         }
         w.complete(&Completion {
             correlation: 1,
@@ -663,7 +691,7 @@ mod tests {
     fn overflows_are_counted_and_the_ring_keeps_the_newest() {
         let (mem, w) = new_journal(SMALL);
         for corr in 1..=40 {
-            w.launch(&launch(corr, 0));
+            w.launch(&launch(corr, 0), None);
         }
         w.complete(&Completion {
             correlation: 999,
@@ -708,7 +736,7 @@ mod tests {
                     for i in 0..20_000u64 {
                         let corr = t << 32 | (i + 1);
                         w.enter(slot, 0, corr, corr);
-                        w.launch(&launch(corr, 0));
+                        w.launch(&launch(corr, 0), None);
                         w.exit(slot);
                         if i >= 8 {
                             let done = corr - 8;

@@ -340,6 +340,17 @@ impl serde::Serialize for JournalStatus {
     }
 }
 
+/// One stream's records while wedgeprobe read a journal (`journal::stream_losses`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct StreamLoss {
+    /// CUPTI's stream id.
+    pub stream_id: u32,
+    pub device: u32,
+    /// Its records the shim wrote meanwhile (read + lost).
+    pub written: u64,
+    pub lost: u64,
+}
+
 /// What a report says about a process's shim journal.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct JournalInfo {
@@ -355,6 +366,10 @@ pub struct JournalInfo {
     pub marks_passed: u64,
     /// Ring records overwritten before wedgeprobe read them.
     pub ring_lost: u64,
+    /// The streams those records were on (launch and completion records; synchronizes and
+    /// captures are not numbered per stream): each stream that lost any, with its records
+    /// written while wedgeprobe read the journal, most lost first.
+    pub ring_lost_by_stream: Vec<StreamLoss>,
     /// Ring records deliberately not read (the daemon reads at most the newest few thousand
     /// per process per tick).
     pub ring_skipped: u64,

@@ -65,7 +65,10 @@ pub fn judge(
         .then(|| history.bound_ms(head.pid, &head.kernel, bounds.multiple))
         .flatten()
         .map_or(bounds.floor_ms, |b| b.max(bounds.floor_ms));
-    let suspect = head.running_ms >= bound_ms;
+    // A build that never finds a kernel stuck (`--features wrong-kernel-verdict`, packed by
+    // `cargo xtask gpu-pack --wrong-answer`): the GPU harness's scenarios must fail against
+    // it, which shows they check the answer rather than pass whatever it is.
+    let suspect = head.running_ms >= bound_ms && !cfg!(feature = "wrong-kernel-verdict");
     let corroborated = threads.iter().any(|t| t.blocked && t.pid == head.pid);
     let state = if suspect && (corroborated || head.running_ms >= bounds.hard_ms) {
         KernelState::Stuck

@@ -481,6 +481,33 @@ impl ChromeTrace {
     /// child slice at `end_ns`. Perfetto and chrome://tracing show the open slice as "did not
     /// end" either way; speedscope closes open slices at the last event of their track, so
     /// without the marker the stuck kernel would look zero-length there.
+    /// At the end: on each stream's GPU track, how many of its records the trace lost (the
+    /// ring's gaps say when, not whose; see `journal::stream_losses`).
+    pub fn mark_stream_losses(
+        &mut self,
+        losses: &[(u32, crate::model::StreamLoss)],
+        end_ns: u64,
+        names: &Names,
+    ) -> Result<(), TraceError> {
+        for (pid, l) in losses {
+            let (gpu, tid) = (gpu_pid(l.device), stream_tid(*pid, l.stream_id));
+            let comm = names.processes.get(pid).cloned().unwrap_or_default();
+            self.ensure_track(
+                gpu,
+                tid,
+                || format!("stream {} of {comm} pid {pid}", l.stream_id),
+                names,
+            )?;
+            let ts = self.monotone((gpu, tid), end_ns);
+            self.push(&json!({"ph": "i", "s": "t", "cat": "lost_by_stream",
+                "name": format!("{} of this stream's {} records lost in the trace", l.lost, l.written),
+                "pid": gpu, "tid": tid, "ts": us(ts),
+                "args": {"pid": pid, "stream_id": l.stream_id, "lost": l.lost,
+                         "written": l.written}}))?;
+        }
+        Ok(())
+    }
+
     pub fn mark_end(&mut self, open: &[TraceEvent], end_ns: u64) -> Result<(), TraceError> {
         for e in open {
             let (pid, tid) = match e {
