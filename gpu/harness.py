@@ -17,6 +17,8 @@ lower bound on its time in the call, queue depth, rank. What comes back, in OUT:
 import argparse
 import json
 import os
+import random
+import statistics
 import re
 import shutil
 import signal
@@ -677,6 +679,40 @@ def cost(run):
     run.notes += [f"{k}: {l}" for k, v in results.items() for l in v]
     d.send_signal(signal.SIGTERM)
     run.exit_code(d, 60)
+    always_on(run, 5 if run.h.quick else 15)
+
+
+def always_on(run, rounds):
+    """What the in-process A/B cannot see: with recording off the shim still detours every
+    launch through its hooks (a jump and a flag test) and runs its flush thread; the A/B's two
+    states share that. Priced at process level on the case where it weighs most, a C loop of
+    empty-kernel launches (one per ~2 µs: PyTorch's eager turns move ±12-18% between processes
+    here, the C loop ~1%): turns of no shim and of the shim loaded with recording switched off
+    (`WEDGEPROBE_SHIM_MEASURE=pass`), in a random order each round."""
+    exe = run.h.cuda("launch_bench")
+    if not exe:
+        run.check("launch_bench builds", False, "see logs/build-launch_bench.log")
+        return
+    rng = random.Random(11)
+    per = {"no shim": [], "shim, recording off": []}
+    for i in range(rounds):
+        for label in rng.sample(list(per), 2):
+            shim = label != "no shim"
+            p = run.start(["taskset", "-c", "2-9", exe, "200000"], shim=shim,
+                          env={"WEDGEPROBE_SHIM_MEASURE": "pass"} if shim else {},
+                          suffix=f"always-on-{i}-{'shim' if shim else 'bare'}")
+            if run.exit_code(p, 60) != 0:
+                run.check(f"launch_bench ({label}) exits 0", False, run.err(p)[-300:])
+                return
+            m = re.search(r"wall_ns_per_launch ([0-9.]+) thread_cpu_ns_per_launch ([0-9.]+)", run.out(p))
+            per[label].append((float(m.group(1)), float(m.group(2))))
+    for k, name in ((0, "wall"), (1, "thread cpu")):
+        diffs = sorted(b[k] - a[k] for a, b in zip(per["no shim"], per["shim, recording off"]))
+        base = statistics.median(a[k] for a in per["no shim"])
+        q1, med, q3 = diffs[len(diffs) // 4], statistics.median(diffs), diffs[(3 * len(diffs)) // 4]
+        run.notes.append(f"always on (recording off vs no shim, launch_bench C loop, {rounds} "
+                         f"paired turns): {name} {med:+.1f} ns/launch (quartiles {q1:+.1f}..{q3:+.1f}) "
+                         f"on {base:.0f} ns = {100 * med / base:+.2f}%")
 
 
 # --- running ---------------------------------------------------------------------------------
