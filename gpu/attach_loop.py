@@ -1,4 +1,4 @@
-"""Issue 15 on the GPU: a PyTorch process started *without* the shim, for `wedgeprobe attach`.
+"""`wedgeprobe attach` on the GPU: a PyTorch process started *without* the shim, for `wedgeprobe attach`.
 It warms up, prints "ready <pid>", keeps working for LOOP_S seconds (the attach happens then),
 wedges, and keeps issuing work behind the wedge; a CPU thread releases the stuck kernel after
 RELEASE_S seconds, so the GPU is never left wedged.

@@ -1,4 +1,4 @@
-/* Issue 12, next measurement: what a clock read costs on this machine (the launch hook reads
+/* Next measurement: what a clock read costs on this machine (the launch hook reads
  * CLOCK_MONOTONIC once per launch; in a VM it can be a system call rather than a vDSO read).
  * This development VM (clocksource tsc): MONOTONIC 23 ns, MONOTONIC_COARSE 3 ns, rdtsc 10 ns.
  *   cc -O2 -o /tmp/clock_cost gpu/clock_cost.c && /tmp/clock_cost; cat /sys/devices/system/clocksource/clocksource0/current_clocksource */

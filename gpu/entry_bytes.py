@@ -1,5 +1,5 @@
 """The first bytes of libcuda's exported launch entry points, and whether cuGetProcAddress hands
-out the same addresses (issue 12: where a launch hook could sit). Prints one line per symbol."""
+out the same addresses (where a launch hook could sit). Prints one line per symbol."""
 import ctypes
 
 lib = ctypes.CDLL("libcuda.so.1")

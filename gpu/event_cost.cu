@@ -1,9 +1,9 @@
-// Issue 12, session 10: what a stream mark costs the launching thread where the shim writes it
+// What a stream mark costs the launching thread where the shim writes it
 // — after a launch, every 8th launch — by primitive (an event record, a stream write), by
 // stream (the legacy default stream, as PyTorch and `<<<>>>` use; a created blocking or
 // non-blocking stream) and by how many distinct events are cycled (the shim's ring holds 512
-// per stream). In the shim an event mark measured 340–760 ns (self_cost, session 10) against
-// 134–153 ns for one event re-recorded on a created stream (gpu/hook_cost.cu, session 8).
+// per stream). In the shim an event mark measured 340–760 ns (self_cost, 2026-12-01) against
+// 134–153 ns for one event re-recorded on a created stream (gpu/hook_cost.cu, 2026-12-01).
 // Prints, per case, the loop's ns per launch, the ns per mark timed around the call, and the
 // marginal ns per mark (loop time against the same loop without marks).
 //   nvcc -O2 -arch=sm_90 -o event_cost gpu/event_cost.cu -lcuda && ./event_cost

@@ -1,6 +1,6 @@
-// Issue 12, a lead for cheaper marks: on the H200 `cuEventRecord` cost the launching thread
+// A lead for cheaper marks: on the H200 `cuEventRecord` cost the launching thread
 // ~0.14 µs against 1.85 µs for the `cuStreamWriteValue64` a mark is today (gpu/hook_cost.cu,
-// BENCHMARKS.md session 8). Events would move progress reading to the flush thread
+// BENCHMARKS.md, the recorder's price, 2026-12-01). Events would move progress reading to the flush thread
 // (`cuEventQuery`, ~1.3 µs). Before building on that, this measures what the design depends on:
 //  1. while a kernel is stuck and the launching thread is blocked in a full queue behind it,
 //     does `cuEventQuery` from another thread return at once, with the right answers (events

@@ -1,4 +1,4 @@
-// A CUDA graph whose middle kernel node is stuck (issue 3): three kernel nodes in a chain —
+// A CUDA graph whose middle kernel node is stuck: three kernel nodes in a chain —
 // graph_pre_kernel, graph_stuck_middle_kernel (spins on a host-mapped flag), graph_post_kernel
 // — launched as one graph; the main thread then synchronizes. It always releases itself: a
 // CPU thread writes the flag after RELEASE_S seconds, and the kernel gives up at a deadline

@@ -1,7 +1,7 @@
-// Issue 12: what each piece of the shim's launch hook costs on the real driver, one call at a
+// What each piece of the shim's launch hook costs on the real driver, one call at a
 // time (the hook does all of these per launch, or per 8 launches for the mark). The launch
 // hook measured +99 ns a launch on the simulated driver but ~+1 µs on the H200 (BENCHMARKS.md,
-// session 7): this says which piece the H200 charges for.
+// 2026-12-01): this says which piece the H200 charges for.
 //   nvcc -O2 -arch=sm_90 -o hook_cost gpu/hook_cost.cu -lcuda && ./hook_cost
 #include <cuda.h>
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-"""Issue 12: does every launch reach the shim's launch hooks? Run under the shim with
+"""Does every launch reach the shim's launch hooks? Run under the shim with
 WEDGEPROBE_SHIM_VERIFY_HOOKS=1: CUPTI's launch callbacks stay on beside the hooks and the
 shim prints, at exit, how many launches CUPTI saw and how many of them did not come through a
 hook. The workload covers the callers we know: PyTorch eager ops (the runtime), cuBLAS GEMMs,

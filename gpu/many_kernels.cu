@@ -1,4 +1,4 @@
-// Issue 12: the shim's cost per launch when a loop launches many distinct kernels, as a
+// The shim's cost per launch when a loop launches many distinct kernels, as a
 // model's decode step does (tens of kernels) — the one-kernel loop of launch_bench.cu hides
 // per-kernel caching. Prints the kernels' handles (their spacing decides how a cache indexed
 // by low bits fares) and the wall time per launch; run it under

@@ -1,4 +1,4 @@
-// Issue 12: what a stream mark costs the GPU, apart from the host. Session 12 measured the
+// What a stream mark costs the GPU, apart from the host. The 2026-12-02 measurements put the
 // marks at ~2 points of eager decode, about twice their host time (BENCHMARKS.md): either the
 // stream stalls around each mark (a wait for idle before the write), or the driver's next
 // launch pays. This prices the first: the host queues everything behind a gate kernel

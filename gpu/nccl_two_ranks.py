@@ -1,9 +1,10 @@
-"""Issue 7: a real 2-rank NCCL job (one process per GPU). Rank 1 runs a Triton kernel that
+"""A real 2-rank NCCL job (one process per GPU). Rank 1 runs a Triton kernel that
 spins on a host-pinned flag before the all-reduce; rank 0 enters the all-reduce and waits
 there. A CPU thread of rank 1 sets the flag after RELEASE_S seconds, so both ranks finish.
 
-    torchrun --nproc-per-node 2 gpu/nccl_two_ranks.py RELEASE_S
-NVLink multicast stays off (NCCL_NVLS_ENABLE=0 etc.: set by gpu/issue7_check.sh).
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+        torchrun --nproc-per-node 2 gpu/nccl_two_ranks.py RELEASE_S
+NVLink multicast stays off: those three variables, always.
 """
 import os
 import sys

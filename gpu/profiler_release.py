@@ -1,4 +1,4 @@
-"""Issue 3: the shim gives CUPTI back so torch.profiler can trace (one CUPTI subscriber per
+"""The shim gives CUPTI back so torch.profiler can trace (one CUPTI subscriber per
 process before CUDA 13.3). Prints how many GPU kernel events torch.profiler recorded.
 
     python3 gpu/profiler_release.py none|ctypes|external

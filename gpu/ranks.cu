@@ -1,4 +1,4 @@
-// Issue 6 on one GPU: several processes share the H200, one "rank" each. Every rank does some
+// The culprit rank on one GPU: several processes share the H200, one "rank" each. Every rank does some
 // warm-up work, then the culprit rank (CULPRIT=1) launches a non-collective kernel that spins
 // on a host flag (a wedged GEMM), and every other rank launches a "collective" kernel —
 // named like NCCL's, `ncclDevKernel_AllReduce_Sum_f32_RING_LL` — that waits for a flag in

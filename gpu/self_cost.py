@@ -1,4 +1,4 @@
-"""Issue 12: the shim's own cost on the serving model's eager decode, from the shim itself
+"""The shim's own cost on the serving model's eager decode, from the shim itself
 (WEDGEPROBE_SHIM_MEASURE=self_cost prints at exit: ns per launch in the shim, marks per launch
 and why, ns per mark). Builds the model, generates GENERATIONS times (128 tokens at batch 8,
 each read back), exits; prints launches per decode step so the per-step share can be worked out.

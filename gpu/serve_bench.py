@@ -1,4 +1,4 @@
-"""A serving-shaped workload for the recorder's price (issue 12): Hugging Face transformers'
+"""A serving-shaped workload for the recorder's price: Hugging Face transformers'
 Llama architecture at ~1.2B parameters with random weights (nothing downloaded), bf16, on the
 GPU. Two measurements, one JSON line:
 
@@ -114,7 +114,7 @@ def main():
     torch.cuda.synchronize()
     eager_s = time.perf_counter() - t0
     # The launching thread's CPU time per decode step: eager decode is launch-bound, and this
-    # varies less between runs on the VM than wall time (BENCHMARKS.md, issue 12).
+    # varies less between runs on the VM than wall time (BENCHMARKS.md, the recorder's price).
     eager_cpu_ms_per_step = (time.thread_time() - c0) * 1e3 / (reps * DECODE_TOKENS)
     n = 0
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Issue 12's benchmark with the machine's drift taken out: every side's processes start once,
+"""The recorder's-price benchmark with the machine's drift taken out: every side's processes start once,
 warm up, and then take turns on the GPU — one turn is one eager generation (gpu/serve_bench.py's
 decode: 128 tokens at batch 8, each read back), a CUDA-graph decode step replayed for a while,
 and the launch-bound loop (gpu/torch_bench.py's `x.add_()`, eager and as a 100-node graph).
@@ -7,7 +7,7 @@ shuffled every round, so each side meets the machine's slow and fast minutes ali
 round's figures are compared with base's figures of the same round (a paired ratio).
 
 Why: on the H200 VM the same side measured 15–40% apart between rounds of separate runs
-(BENCHMARKS.md, issue 12), so a 2% goal could not be separated with one process per round.
+(BENCHMARKS.md, the recorder's price), so a 2% goal could not be separated with one process per round.
 
     python3 gpu/serve_turns.py OUT [--sides base,shim,shim_daemon,exact] [--per-side 2]
                                [--rounds 10] [--pin 2-9] [--graph-s 0.7] [--loop-s 0.5]
@@ -115,7 +115,7 @@ def side_env(side, new):
         "shim_daemon": {"CUDA_INJECTION64_PATH": shim},
         "exact": {"CUDA_INJECTION64_PATH": shim, "WEDGEPROBE_SHIM_RECORD": "exact"},
         "cupti_off": {"CUDA_INJECTION64_PATH": shim, "WEDGEPROBE_SHIM": "off"},
-        # Started bare; `wedgeprobe attach` puts the shim in once it is warm (issue 15).
+        # Started bare; `wedgeprobe attach` puts the shim in once it is warm.
         "attached": {},
     }[side]
     env.update(extra)

@@ -1,8 +1,8 @@
-"""Issue 12: the shim's recording cost inside one process, switched on and off between single
+"""The shim's recording cost inside one process, switched on and off between single
 decode steps (`wedgeprobe_shim_measure_pass`, enabled by WEDGEPROBE_SHIM_MEASURE=toggle).
 
 Why steps: on the H200 VM one process's eager speed moved ±20% between turns a second long
-(session 8, gpu/inproc_ab.py), so turn-level pairs could not resolve a 2% cost. A decode step
+(2026-12-01, process-level turns), so turn-level pairs could not resolve a 2% cost. A decode step
 is ~12 ms; pairing each step with its neighbour in the other state cancels whatever drifts
 slower than that. Each pair runs its two states in a random order.
 

@@ -1,4 +1,4 @@
-"""Issue 13, items 2 and 4 on the GPU machine: a PyTorch thread inside torch.cuda.synchronize()
+"""On the GPU machine: a PyTorch thread inside torch.cuda.synchronize()
 behind a Triton kernel that spins on a host-pinned flag, entered before wedgeprobe arrives. A
 CPU thread writes the flag after RELEASE_S seconds, so the GPU is never left wedged.
 

@@ -1,4 +1,4 @@
-"""Issue 3's benchmark workload: a launch-bound PyTorch loop (one tiny kernel per op, no
+"""The shim's benchmark workload: a launch-bound PyTorch loop (one tiny kernel per op, no
 graphs) and the same ops replayed as a CUDA graph. Prints one JSON line with the wall time
 per kernel of each, so gpu/bench_torch.sh can compare sides (baseline, shim, shim + eBPF,
 torch.profiler) interleaved across rounds.

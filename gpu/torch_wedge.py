@@ -1,5 +1,5 @@
 """A PyTorch program whose Triton kernel spins on a host-pinned flag while the Python thread
-keeps issuing torch ops (issue 3's GPU check). A CPU thread sets the flag after RELEASE_S
+keeps issuing torch ops (the shim's GPU check). A CPU thread sets the flag after RELEASE_S
 seconds, so the GPU is never left wedged (and a killed process takes its context, and the
 kernel, with it). Prints the result of the ops, to compare runs with and without the shim.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The shim's cold cache lines per hooked launch, in callgrind's cache model of a serving loop
-# (BENCHMARKS.md, issue 12, session 12): the simulated driver's launch loop with 512 KiB of
+# (BENCHMARKS.md, the recorder's price, 2026-12-02): the simulated driver's launch loop with 512 KiB of
 # memory churned between launches (`SIMWORKER_POLLUTE_KB`, the stack kept warm), gap marks off
 # (under valgrind's slowness every launch would follow an idle gap and be marked). Prints the
 # data misses and instructions a launch that fall in the shim's own code, and with --lines the

@@ -4,8 +4,8 @@
 //!
 //! Why not a plain direct-mapped table indexed by the handle's low bits (what this replaced):
 //! on the H200 the shim cost 1.1–2.5 µs per launch in the serving model's eager decode against
-//! ~0.5 µs in a one-kernel C loop (`WEDGEPROBE_SHIM_MEASURE=self_cost`, BENCHMARKS.md session
-//! 8). A decode step launches some tens of distinct kernels; handles are heap objects with a
+//! ~0.5 µs in a one-kernel C loop (`WEDGEPROBE_SHIM_MEASURE=self_cost`, BENCHMARKS.md, the
+//! recorder's price, 2026-12-01). A decode step launches some tens of distinct kernels; handles are heap objects with a
 //! common stride, so `(handle >> 4) % 64` put many of them in the same entry and each launch
 //! evicted the next one's name — a driver call and a hash of a 200–300-byte mangled name every
 //! time. Here: the whole handle is hashed (Fibonacci hashing), and each set holds two entries,

@@ -68,7 +68,7 @@ pub const STREAM_PER_THREAD: u64 = 0x2;
 /// `CU_STREAM_LEGACY`: the legacy default stream (as is the null handle).
 pub const STREAM_LEGACY: u64 = 0x1;
 
-/// Defaults. Measured on the H200 (BENCHMARKS.md, sessions 8 and 10): a mark's stream write
+/// Defaults. Measured on the H200 (BENCHMARKS.md, the recorder's price, 2026-12-01): a mark's stream write
 /// costs the launching thread ~1.8 µs in eager decode (an event record ~0.8 µs), and eager
 /// decode launches ~17 µs apart. With 8 launches / 100 µs it wrote 0.19 marks a launch, 70%
 /// of them for the 100 µs period alone (the self cost of 2026-12-01's run: 45,698 of 65,498) — ~2% of

@@ -1,7 +1,7 @@
 //! Measurement switch `WEDGEPROBE_SHIM_MEASURE=self_cost`: the shim times its own work on the
 //! launch path with the TSC and says at exit what a launch and a mark cost it, and why each
 //! mark was written. On the H200 VM a process's speed varies ±10–25% between processes and
-//! from one second to the next (BENCHMARKS.md, sessions 7–8), more than the shim's whole cost
+//! from one second to the next (BENCHMARKS.md, the recorder's price, 2026-12-01), more than the shim's whole cost
 //! in a serving loop; the shim's own time, summed over every launch of a real run, is not
 //! drowned by that. What it leaves out: the detour's jump (priced in C, base vs `pass`) and
 //! any slowdown of the driver's own work after ours (cache lines we evicted).

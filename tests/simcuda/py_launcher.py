@@ -3,7 +3,7 @@ completes, then keeps launching in decode_step() until the launch blocks on the 
 so the report must show decode_step / serve_forever as the Python frames behind
 cuLaunchKernel.   python3 py_launcher.py LIBCUDA
 
-With `handshake` after LIBCUDA it is instead a rank of the boot deadlock (issue 13, item 1):
+With `handshake` after LIBCUDA it is instead a rank of the boot deadlock:
 CUDA initialised, then spinning at 100% CPU in wait_for_peers_ready() for a peer's file that
 never comes, until DEADLINE_S (default 20).   python3 py_launcher.py LIBCUDA handshake [S]
 With `build` it is a process building its model instead: CUDA initialised, then CPU work at
