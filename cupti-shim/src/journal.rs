@@ -546,7 +546,9 @@ impl Writer {
     /// leaves the table with its last node (or, with an unknown node count, its first).
     pub fn complete(&self, c: &Completion) {
         let node = c.graph_node != 0;
-        let mut r = self.take_inflight(c.correlation, node).unwrap_or_else(|| {
+        let launched = self.take_inflight(c.correlation, node);
+        let matched = launched.is_some();
+        let mut r = launched.unwrap_or_else(|| {
             self.count_drop(drops::COMPLETION_UNMATCHED);
             RingRecord::default()
         });
@@ -564,11 +566,18 @@ impl Writer {
         r.correlation = c.correlation;
         r.start_ns = c.start_ns;
         r.end_ns = c.end_ns;
-        r.stream_id = c.stream_id;
-        r.device = c.device;
+        // The stream as its launch named it, so a launch and its completion share one stream
+        // id (and one record count): without CUPTI loaded at launch the hooks name streams by
+        // the driver's id (`cuStreamGetId`), while CUPTI's activity records, once a trace's
+        // lease has loaded CUPTI, carry CUPTI's own. On the H200 (2026-12-03) the two
+        // differed, and no completion lost in a default-mode trace could be put on its stream.
+        if !matched {
+            r.stream_id = c.stream_id;
+            r.device = c.device;
+        }
         // Completions are written off the launch path (the flush thread, CUPTI's buffer
         // callback): a probe of the stream table here costs the application nothing.
-        let slot = self.find_mark_slot(c.stream_id.wrapping_add(1).max(1));
+        let slot = self.find_mark_slot(r.stream_id.wrapping_add(1).max(1));
         self.ring_push_counted(slot, &r);
     }
 
@@ -611,6 +620,8 @@ impl Writer {
             let dims = |f: usize| [h(f), h(f + 4), h(f + 8)];
             let fields = RingRecord {
                 name_id: h(offset_of!(InflightSlot, name_id)),
+                stream_id: h(offset_of!(InflightSlot, stream_id)),
+                device: h(offset_of!(InflightSlot, device)),
                 stream: self
                     .word(off + offset_of!(InflightSlot, stream) as u64)
                     .load(Relaxed),
@@ -856,9 +867,11 @@ mod tests {
         assert!(w.launch(&on(1, 7), Some(a)));
         assert!(w.launch(&on(2, 8), Some(b)));
         assert!(w.launch(&on(3, 7), Some(a)));
+        // CUPTI's id for the stream (42) is not the one the launch named it by (7): the
+        // completion keeps its launch's.
         w.complete(&Completion {
             correlation: 1,
-            stream_id: 7,
+            stream_id: 42,
             ..Completion::default()
         });
         w.synced(3, ALL_STREAMS, 5);

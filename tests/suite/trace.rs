@@ -519,7 +519,8 @@ fn the_golden_trace_passes_the_structural_checks() {
 /// docs/validation.md says they show.
 #[test]
 fn the_h200_traces_in_docs_are_well_formed() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/runs/h200-2026-11-29-1221-traces-and-flight");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs/runs/h200-2026-11-29-1221-traces-and-flight");
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -551,7 +552,9 @@ fn merge_names_the_job_culprit_and_joins_traces_into_a_well_formed_one() {
     let out = tmp("merged.json");
     let r = wedgeprobe(&[
         "merge",
-        docs.join("h200-2026-11-29-1249-ranks/h200-ranks.report.json").to_str().unwrap(),
+        docs.join("h200-2026-11-29-1249-ranks/h200-ranks.report.json")
+            .to_str()
+            .unwrap(),
         docs.join("h200-2026-11-29-1221-traces-and-flight/h200-mbarrier.trace.json.gz")
             .to_str()
             .unwrap(),

@@ -313,7 +313,9 @@ impl Collector {
                             })
                         }));
                     }
-                    cursor.absorb(view, taken.read)
+                    let read = cursor.absorb(view, taken.read);
+                    cursor.stream_losses.dropped_upto(&taken.dropped_upto);
+                    read
                 }
                 _ => cursor.advance_at_most(view, self.max_records_per_poll),
             };

@@ -47,6 +47,9 @@ pub struct Gap {
 pub struct Taken {
     pub read: RingRead,
     pub gaps: Vec<Gap>,
+    /// Per stream, the highest record number among records dropped for a full buffer: seen
+    /// but not kept, so a loss at the very end of a trace is still put on its stream.
+    pub dropped_upto: Vec<(u32, u64)>,
 }
 
 struct Pumped {
@@ -61,6 +64,7 @@ struct Buffered {
     records: Vec<RingRecord>,
     lost: u64,
     gaps: Vec<Gap>,
+    dropped_upto: HashMap<u32, u64>,
 }
 
 #[derive(Default)]
@@ -203,6 +207,7 @@ fn drain(b: &mut Buffered) -> Taken {
             lost: std::mem::take(&mut b.lost),
         },
         gaps: std::mem::take(&mut b.gaps),
+        dropped_upto: std::mem::take(&mut b.dropped_upto).into_iter().collect(),
     }
 }
 
@@ -225,6 +230,10 @@ fn append(p: &mut Buffered, read: RingRead, room: usize, now_ns: u64) {
         });
     }
     p.lost += overwritten + buffer_full;
+    for r in read.records.iter().skip(kept).filter(|r| r.stream_seq != 0) {
+        let e = p.dropped_upto.entry(r.stream_id).or_insert(0);
+        *e = (*e).max(r.stream_seq);
+    }
     p.records.extend(read.records.into_iter().take(kept));
 }
 
@@ -274,5 +283,30 @@ mod tests {
             }]
         );
         assert_eq!(p.next, 12);
+    }
+
+    #[test]
+    fn records_dropped_for_a_full_buffer_say_on_which_streams_up_to_which_number() {
+        let mut b = Buffered::default();
+        let on = |stream_id, stream_seq| RingRecord {
+            stream_id,
+            stream_seq,
+            ..rec(5)
+        };
+        let read = RingRead {
+            records: vec![on(1, 10), on(1, 11), on(2, 4), on(1, 12), on(3, 0)],
+            next: 5,
+            lost: 0,
+        };
+        append(&mut b, read, 2, 9);
+        let mut t = drain(&mut b);
+        t.dropped_upto.sort();
+        assert_eq!(t.read.records.len(), 2);
+        assert_eq!(t.read.lost, 3);
+        assert_eq!(
+            t.dropped_upto,
+            vec![(1, 12), (2, 4)],
+            "unnumbered records are not per stream"
+        );
     }
 }

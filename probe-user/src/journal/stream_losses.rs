@@ -99,6 +99,17 @@ impl StreamLosses {
         t.highest = t.highest.max(r.stream_seq);
     }
 
+    /// Records a reader saw but could not keep (its buffer full): lost, on their streams,
+    /// up to these numbers.
+    pub fn dropped_upto(&mut self, upto: &[(u32, u64)]) {
+        for &(id, n) in upto {
+            let t = self.by_stream.entry(id).or_default();
+            if !t.resync && n > t.from {
+                t.highest = t.highest.max(n);
+            }
+        }
+    }
+
     /// Records were skipped on purpose: nothing after what was read so far is a loss until
     /// each stream's next record read.
     pub fn skipped(&mut self) {
