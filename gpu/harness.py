@@ -269,8 +269,11 @@ def graph_exact(run):
 @scenario("triton-wedge")
 def triton_wedge(run):
     """A PyTorch process whose Triton kernel spins while Python keeps issuing ops."""
-    p = run.start(["python3", "torch_wedge.py", "12", "3000"], shim=True)
-    time.sleep(8)  # Triton compiles first
+    p = run.start(["python3", "torch_wedge.py", "20", "3000"], shim=True)
+    # Triton compiles first, for however long it takes (a fixed 8 s wait once reported 0.3 s
+    # into the wedge); then past the 2 s floor, the launcher blocked in the full queue.
+    run.wait_line(p, "wedged", 60)
+    time.sleep(3)
     ans = run.report([p.pid], "--kernel-floor", "2s")
     check_wedge(run, ans, "spin_on_flag", "cuLaunch", 1000)
     run.check("ops exact once released", run.exit_code(p) == 0 and "expected" in run.out(p),

@@ -59,7 +59,7 @@ def main():
     ops = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
     x, out = wedge(release_s, "torch_wedge")
     t0 = time.monotonic()  # the launch is asynchronous: this is when the kernel was queued
-    print(f"torch_wedge: wedged, issuing {ops} ops", file=sys.stderr, flush=True)
+    print(f"torch_wedge: wedged, issuing {ops} ops", flush=True)
     for _ in range(ops):
         x.add_(1.0)  # blocks in the launch once the queue is full
     torch.cuda.synchronize()
