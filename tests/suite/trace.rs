@@ -74,6 +74,28 @@ fn a_trace_with_marks_records_the_kernels_that_run_while_it_traces() {
     );
 }
 
+/// The bench worker's own line says it made every launch.
+fn assert_ran_its_launches(w: &mut Worker, launches: u64) {
+    let mut made = String::new();
+    if let Some(mut s) = w.child.stdout.take() {
+        use std::io::Read as _;
+        let _ = s.read_to_string(&mut made);
+    }
+    assert!(made.contains(&format!("launches {launches}")), "{made}");
+}
+
+/// The records a trace's `lost` markers count.
+fn counted_lost(events: &[serde_json::Value]) -> u64 {
+    events
+        .iter()
+        .filter(|e| e["cat"] == "lost")
+        .map(|e| {
+            e["args"]["overwritten_in_ring"].as_u64().unwrap_or(0)
+                + e["args"]["reader_buffer_full"].as_u64().unwrap_or(0)
+        })
+        .sum()
+}
+
 /// A trace that loses records says on which streams, and how many: a reader descheduled
 /// for 400 ms (SIGSTOP; a loaded node does this to any process) while a launch-bound loop
 /// fills a 1,024-record ring over three streams. On each stream the records kept (launches
@@ -119,21 +141,9 @@ fn a_trace_that_loses_records_counts_them_on_their_streams() {
     super::wait_for_background_detach();
     let summary = String::from_utf8_lossy(&r.stdout).into_owned();
     assert_eq!(r.status.code(), Some(0), "{r:?}");
-    let mut made = String::new();
-    if let Some(mut s) = w.child.stdout.take() {
-        use std::io::Read as _;
-        let _ = s.read_to_string(&mut made);
-    }
-    assert!(made.contains(&format!("launches {LAUNCHES}")), "{made}");
+    assert_ran_its_launches(&mut w, LAUNCHES);
     let (events, _) = chrome_check::load(&out).unwrap();
-    let lost_total: u64 = events
-        .iter()
-        .filter(|e| e["cat"] == "lost")
-        .map(|e| {
-            e["args"]["overwritten_in_ring"].as_u64().unwrap_or(0)
-                + e["args"]["reader_buffer_full"].as_u64().unwrap_or(0)
-        })
-        .sum();
+    let lost_total = counted_lost(&events);
     eprintln!("{summary}");
     assert!(
         lost_total > 0,
@@ -217,22 +227,10 @@ fn a_trace_of_a_launch_bound_loop_keeps_every_launch_or_counts_what_it_lost() {
     let r = trace(w.pid(), &out, "60s");
     let summary = String::from_utf8_lossy(&r.stdout).into_owned();
     assert_eq!(r.status.code(), Some(0), "{r:?}");
-    let mut made = String::new();
-    if let Some(mut s) = w.child.stdout.take() {
-        use std::io::Read as _;
-        let _ = s.read_to_string(&mut made);
-    }
-    assert!(made.contains(&format!("launches {LAUNCHES}")), "{made}");
+    assert_ran_its_launches(&mut w, LAUNCHES);
     let (events, _) = chrome_check::load(&out).unwrap();
     let launches = events.iter().filter(|e| e["cat"] == "launch").count() as u64;
-    let lost: u64 = events
-        .iter()
-        .filter(|e| e["cat"] == "lost")
-        .map(|e| {
-            e["args"]["overwritten_in_ring"].as_u64().unwrap_or(0)
-                + e["args"]["reader_buffer_full"].as_u64().unwrap_or(0)
-        })
-        .sum();
+    let lost = counted_lost(&events);
     eprintln!(
         "trace kept {launches} of {LAUNCHES} launches, {lost} records counted lost: {summary}"
     );
