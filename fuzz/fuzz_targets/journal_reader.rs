@@ -88,11 +88,11 @@ fn read_all(image: &OwnedJournal) {
         for slot in view.inflight() {
             let _ = view.name(slot.name_id);
         }
-        let ring = view.ring_since(0);
+        let ring = view.ring_since(0, 0);
         for r in ring.records.iter().take(64) {
             let _ = view.name(r.name_id);
         }
-        let _ = view.ring_since(u64::MAX);
+        let _ = view.ring_since(u64::MAX, u64::MAX);
         let _ = view.graphs();
         let _ = (view.marks(), view.record_mode());
         let mut cursor = probe_user::journal::heads::JournalCursor::default();

@@ -131,7 +131,7 @@ impl Collector {
     pub fn start_ring_pump(&mut self) -> std::io::Result<()> {
         let pump = super::ring_pump::RingPump::start()?;
         for (&pid, (j, cursor)) in &self.journals {
-            pump.add(pid, j.clone(), cursor.next_index());
+            pump.add(pid, j.clone(), cursor.next_index(), cursor.window_from());
         }
         self.pump = Some(pump);
         Ok(())
@@ -254,7 +254,7 @@ impl Collector {
                     JournalCursor::starting_at(j.view())
                 };
                 if let Some(p) = &self.pump {
-                    p.add(pid, j.clone(), cursor.next_index());
+                    p.add(pid, j.clone(), cursor.next_index(), cursor.window_from());
                 }
                 self.journals.insert(pid, (j, cursor));
             }
@@ -415,6 +415,7 @@ impl Collector {
                     completions_seen: cursor.completed,
                     marks_passed: cursor.marks_passed,
                     ring_lost: cursor.lost,
+                    ring_history_unread: cursor.history_unread,
                     ring_lost_by_stream: cursor.stream_losses.lossy(),
                     ring_skipped: cursor.skipped,
                     drops: view.drops().into_iter().collect(),

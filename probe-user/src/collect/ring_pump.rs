@@ -61,6 +61,8 @@ struct Pumped {
 #[derive(Default)]
 struct Buffered {
     next: u64,
+    window_from: u64,
+    history_unread: u64,
     records: Vec<RingRecord>,
     lost: u64,
     gaps: Vec<Gap>,
@@ -96,8 +98,9 @@ impl RingPump {
         })
     }
 
-    /// Reads `journal` of `pid` from ring index `next` on (the cursor's position).
-    pub fn add(&self, pid: u32, journal: Arc<MappedJournal>, next: u64) {
+    /// Reads `journal` of `pid` from ring index `next` on (the cursor's position; below
+    /// `window_from`, the cursor's history).
+    pub fn add(&self, pid: u32, journal: Arc<MappedJournal>, next: u64, window_from: u64) {
         let mut j = self
             .shared
             .journals
@@ -107,6 +110,7 @@ impl RingPump {
             journal,
             buf: Buffered {
                 next,
+                window_from,
                 ..Buffered::default()
             },
         });
@@ -155,7 +159,7 @@ impl RingPump {
         let Some(p) = j.get_mut(&pid) else {
             return Taken::default();
         };
-        let read = p.journal.view().ring_since(p.buf.next);
+        let read = p.journal.view().ring_since(p.buf.next, p.buf.window_from);
         append(&mut p.buf, read, usize::MAX, crate::sys::monotonic_ns());
         drain(&mut p.buf)
     }
@@ -173,14 +177,14 @@ impl Drop for RingPump {
 /// One pass over every journal: the reads happen outside the lock (a ring's worth takes ~1
 /// ms), so the engine's `take` never waits for one.
 fn pump_once(s: &Shared) {
-    let todo: Vec<(u32, Arc<MappedJournal>, u64)> = {
+    let todo: Vec<(u32, Arc<MappedJournal>, u64, u64)> = {
         let j = s.journals.lock().unwrap_or_else(|e| e.into_inner());
         j.iter()
-            .map(|(&pid, p)| (pid, p.journal.clone(), p.buf.next))
+            .map(|(&pid, p)| (pid, p.journal.clone(), p.buf.next, p.buf.window_from))
             .collect()
     };
-    for (pid, journal, next) in todo {
-        let read = journal.view().ring_since(next);
+    for (pid, journal, next, window_from) in todo {
+        let read = journal.view().ring_since(next, window_from);
         let mut j = s.journals.lock().unwrap_or_else(|e| e.into_inner());
         let held: usize = j.values().map(|p| p.buf.records.len()).sum();
         let Some(p) = j.get_mut(&pid).map(|p| &mut p.buf) else {
@@ -205,6 +209,7 @@ fn drain(b: &mut Buffered) -> Taken {
             records: std::mem::take(&mut b.records),
             next: b.next,
             lost: std::mem::take(&mut b.lost),
+            history_unread: std::mem::take(&mut b.history_unread),
         },
         gaps: std::mem::take(&mut b.gaps),
         dropped_upto: std::mem::take(&mut b.dropped_upto).into_iter().collect(),
@@ -215,6 +220,7 @@ fn drain(b: &mut Buffered) -> Taken {
 /// gap recorded.
 fn append(p: &mut Buffered, read: RingRead, room: usize, now_ns: u64) {
     p.next = read.next;
+    p.history_unread += read.history_unread;
     let overwritten = read.lost;
     let kept = read.records.len().min(room);
     let buffer_full = (read.records.len() - kept) as u64;
@@ -257,6 +263,7 @@ mod tests {
                 records: vec![rec(10), rec(11)],
                 next: 2,
                 lost: 0,
+                history_unread: 0,
             },
             10,
             100,
@@ -268,6 +275,7 @@ mod tests {
                 records: vec![rec(50), rec(51), rec(52)],
                 next: 12,
                 lost: 7,
+                history_unread: 0,
             },
             1,
             100,
@@ -297,6 +305,7 @@ mod tests {
             records: vec![on(1, 10), on(1, 11), on(2, 4), on(1, 12), on(3, 0)],
             next: 5,
             lost: 0,
+            history_unread: 0,
         };
         append(&mut b, read, 2, 9);
         let mut t = drain(&mut b);

@@ -182,9 +182,27 @@ pub fn run(args: &TraceArgs, out: &mut impl Write) -> Result<(), Error> {
                     }
                 )
             };
+            // What the ring held before the trace is a bonus look back, not the trace's window:
+            // its oldest records overwritten before the first read got to them are said, not
+            // counted lost.
+            let history: u64 = engine
+                .collector
+                .model
+                .journals
+                .values()
+                .map(|j| j.ring_history_unread)
+                .sum();
+            let history = if history > 0 {
+                format!(
+                    "; the look back before the trace starts later: {history} of the oldest \
+                     records the ring held were overwritten before the first read reached them"
+                )
+            } else {
+                String::new()
+            };
             writeln!(
                 out,
-                "kept {launches} launches and {kernels} kernel executions from the journals; {completeness}"
+                "kept {launches} launches and {kernels} kernel executions from the journals; {completeness}{history}"
             )?;
         }
     }

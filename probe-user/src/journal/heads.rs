@@ -28,6 +28,10 @@ use crate::{
 #[derive(Default)]
 pub struct JournalCursor {
     next: u64,
+    /// The ring head when reading began: records below it are history (`RingRead`).
+    window_from: u64,
+    /// History records overwritten before the first read reached them (not lost).
+    pub history_unread: u64,
     /// Latest GPU end time per CUPTI stream id.
     last_end: HashMap<u32, u64>,
     pub lost: u64,
@@ -107,7 +111,7 @@ impl JournalCursor {
             self.next = from;
             self.stream_losses.skipped();
         }
-        let read = view.ring_since(self.next);
+        let read = view.ring_since(self.next, self.window_from);
         self.absorb(view, read)
     }
 
@@ -117,11 +121,13 @@ impl JournalCursor {
     /// while say records were lost.
     pub fn starting_at(view: &JournalView) -> Self {
         let cap = u64::from(view.layout().ring_cap);
-        let next = view.header_now_ring_head().saturating_sub(cap);
+        let head = view.header_now_ring_head();
+        let next = head.saturating_sub(cap);
         // After the head: every record numbered above these counts is at or after it.
         let counts = view.stream_counts();
         Self {
             next,
+            window_from: head,
             stream_losses: crate::journal::stream_losses::StreamLosses::after(&counts),
             ..Self::default()
         }
@@ -130,6 +136,11 @@ impl JournalCursor {
     /// Where the next read of the ring starts (a `RingPump` taking over starts here).
     pub fn next_index(&self) -> u64 {
         self.next
+    }
+
+    /// Where the reader's window begins (records below are history; a `RingPump` needs it).
+    pub fn window_from(&self) -> u64 {
+        self.window_from
     }
 
     /// Takes in what was read of the ring (by `advance_at_most`, or by a `RingPump` on its
@@ -141,6 +152,7 @@ impl JournalCursor {
     ) -> Vec<RingRecord> {
         self.next = read.next;
         self.lost += read.lost;
+        self.history_unread += read.history_unread;
         for r in &read.records {
             self.stream_losses.note(r);
         }

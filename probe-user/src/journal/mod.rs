@@ -145,6 +145,10 @@ pub struct RingRead {
     pub next: u64,
     /// Records overwritten before they were read, or torn while read.
     pub lost: u64,
+    /// Of the records overwritten before they were read, those the ring held before the
+    /// reader began (index below its `window_from`): history the ring no longer had by the
+    /// time the first read reached it, not a loss (`JournalCursor::starting_at`).
+    pub history_unread: u64,
 }
 
 impl JournalView {
@@ -368,15 +372,20 @@ impl JournalView {
         self.header_now().ring_head
     }
 
-    /// Ring records from index `cursor` on (at most one ring's worth).
-    pub fn ring_since(&self, cursor: u64) -> RingRead {
+    /// Ring records from index `cursor` on (at most one ring's worth); `window_from`: the
+    /// head when the reader began (what the ring held below it is history, see `RingRead`).
+    pub fn ring_since(&self, cursor: u64, window_from: u64) -> RingRead {
         let head = self.header_now().ring_head;
         let cap = self.layout.ring_cap as u64;
         let start = cursor.max(head.saturating_sub(cap));
+        // Indices below `window_from` are history: skipped or overwritten, they are not lost.
+        let history = |from: u64, to: u64| window_from.min(to).saturating_sub(from);
+        let skipped = start - cursor.min(start);
         let mut read = RingRead {
             records: Vec::new(),
             next: head,
-            lost: start - cursor.min(start),
+            lost: skipped - history(cursor, start),
+            history_unread: history(cursor, start),
         };
         for index in start..head {
             let off = self.layout.ring_off() + (index % cap) * size_of::<RingRecord>() as u64;
@@ -394,6 +403,11 @@ impl JournalView {
                 // here and come back for it.
                 read.next = index;
                 break;
+            } else if index < window_from {
+                // Overwritten while the first read of a busy ring crept up on its oldest
+                // records (a launch-bound loop laps a 16,384-record ring every ~70 ms): on
+                // the H200 (2026-12-03) a trace's only 5,658 "lost" records were these.
+                read.history_unread += 1;
             } else {
                 read.lost += 1; // overwritten by a newer lap, or torn
             }
@@ -661,7 +675,7 @@ mod tests {
             v.name(inflight[0].name_id).as_deref(),
             Some("_Z17attn_wedge_kernelP7barrierPf")
         );
-        let ring = v.ring_since(0);
+        let ring = v.ring_since(0, 0);
         let kinds: Vec<(u32, u64)> = ring
             .records
             .iter()
@@ -709,11 +723,48 @@ mod tests {
         assert_eq!(drops["completion_unmatched"], 1);
         assert_eq!(drops["names_full"], 20 - 8);
         assert_eq!(drops["threads_full"], 20 - 8);
-        let ring = v.ring_since(0);
+        let ring = v.ring_since(0, 0);
         assert_eq!(ring.records.len(), 32);
         assert_eq!(ring.lost, 41 - 32);
         assert_eq!(ring.records.last().unwrap().correlation, 999);
-        assert_eq!(v.ring_since(ring.next).records.len(), 0);
+        assert_eq!(v.ring_since(ring.next, 0).records.len(), 0);
+    }
+
+    /// A reader that begins at a busy ring's oldest record races the writer to it: what the
+    /// writer overwrites first was written before the reader began (below its
+    /// `window_from`), history, not a loss. On the H200 (2026-12-03) every record a 3 s trace
+    /// of a launch-bound PyTorch loop called lost (5,658) was one of these.
+    #[test]
+    fn history_overwritten_before_the_first_read_reached_it_is_not_lost() {
+        let (mut mem, w) = new_journal(SMALL);
+        for corr in 1..=32 {
+            w.launch(&launch(corr, 0), None);
+        }
+        // The reader began here: the ring full, its head 32.
+        let window_from = 32;
+        for corr in 33..=40 {
+            w.launch(&launch(corr, 0), None);
+        }
+        let v = mem.view().unwrap();
+        // The first read finds the head moved on: the 8 oldest are gone before it starts.
+        let r = v.ring_since(0, window_from);
+        assert_eq!((r.records.len(), r.lost, r.history_unread), (32, 0, 8));
+        let r = v.ring_since(0, 4);
+        assert_eq!(
+            (r.lost, r.history_unread),
+            (4, 4),
+            "past window_from, a loss"
+        );
+        // The writer laps the oldest records while the read is under way: the read took the
+        // head (32) before the writer wrote 33..=40 over indices 0..8.
+        let head = offset_of!(Header, ring_head);
+        // SAFETY: the header's head word, inside the journal; nothing writes meanwhile.
+        unsafe { mem.as_mut_ptr().add(head).cast::<u64>().write(32) };
+        let v = mem.view().unwrap();
+        let r = v.ring_since(0, window_from);
+        assert_eq!((r.records.len(), r.lost, r.history_unread), (24, 0, 8));
+        let r = v.ring_since(0, 0);
+        assert_eq!((r.lost, r.history_unread), (8, 0));
     }
 
     #[test]
@@ -757,7 +808,7 @@ mod tests {
         let mut cursor = 0;
         let mut seen = 0;
         while writers.iter().any(|h| !h.is_finished()) || seen == 0 {
-            let read = v.ring_since(cursor);
+            let read = v.ring_since(cursor, 0);
             for r in &read.records {
                 // Each record is internally consistent: fields derive from the correlation.
                 assert_eq!(r.start_ns, r.correlation * 10, "{r:?}");
@@ -805,7 +856,7 @@ mod tests {
                 let _ = (
                     v.threads_in_calls(),
                     v.inflight(),
-                    v.ring_since(0),
+                    v.ring_since(0, 0),
                     v.drops(),
                     v.name(1),
                 );
@@ -821,7 +872,7 @@ mod tests {
         let _ = (
             v.threads_in_calls(),
             v.inflight(),
-            v.ring_since(0),
+            v.ring_since(0, 0),
             v.name(1),
             v.name(u32::MAX),
         );

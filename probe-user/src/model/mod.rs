@@ -366,6 +366,10 @@ pub struct JournalInfo {
     pub marks_passed: u64,
     /// Ring records overwritten before wedgeprobe read them.
     pub ring_lost: u64,
+    /// Records the ring held when wedgeprobe began reading it (history from before) that a
+    /// busy process overwrote before the first read reached them: the look back starts
+    /// later, nothing of the window is missing.
+    pub ring_history_unread: u64,
     /// The streams those records were on (launch and completion records; synchronizes and
     /// captures are not numbered per stream): each stream that lost any, with its records
     /// written while wedgeprobe read the journal, most lost first.
