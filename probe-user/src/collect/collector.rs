@@ -324,14 +324,19 @@ impl Collector {
                 cursor.stream_losses.settle(&view.stream_counts());
             }
             lap.mark(&mut self.phases[3]);
+            let mut done_at = 0u64;
             for r in records {
                 if r.kind == RECORD_SYNCED {
                     moved_at = moved_at.max(r.start_ns.min(now_ns));
+                    done_at = done_at.max(r.start_ns.min(now_ns));
                 }
                 if !(is_completion(&r) || r.kind == RECORD_LAUNCH) {
                     continue;
                 }
                 moved_at = moved_at.max(r.start_ns.max(r.end_ns).min(now_ns));
+                if is_completion(&r) {
+                    done_at = done_at.max(r.end_ns.min(now_ns));
+                }
                 let name = match &last {
                     Some((id, n)) if *id == r.name_id => n.clone(),
                     _ => {
@@ -362,8 +367,9 @@ impl Collector {
             if let Some((_, n)) = &last {
                 self.model.history.record_all(pid, n, &run);
             }
-            self.model
-                .progress(pid, moved_at.max(cursor.last_mark_at_ns().min(now_ns)));
+            let marked = cursor.last_mark_at_ns().min(now_ns);
+            self.model.progress(pid, moved_at.max(marked));
+            self.model.gpu_done(pid, done_at.max(marked));
             lap.mark(&mut self.phases[4]);
             // A shim that is off or gave CUPTI back no longer updates its slots: launches in
             // flight then never complete in the table, and judged as kernels they would age

@@ -272,6 +272,10 @@ pub struct ProcessState {
     /// A shim journal tells the GPU work from before attach: `last_progress_ns` may predate
     /// it. Without one, nothing before attach is known.
     pub progress_known_before_attach: bool,
+    /// When the journal last showed GPU work *done* — a kernel completion, a stream mark
+    /// passing, a synchronize returning (not a launch, not a driver call returning); 0: never.
+    /// Threads waiting on a GPU that is still completing work are busy, not stuck.
+    pub last_gpu_done_ns: u64,
 }
 
 /// Latency of finished calls of one entry point.
@@ -486,6 +490,7 @@ impl Model {
                 threads_at_attach,
                 last_progress_ns: now_ns,
                 progress_known_before_attach: false,
+                last_gpu_done_ns: 0,
             },
         );
     }
@@ -859,6 +864,24 @@ impl Model {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.last_progress_ns = p.last_progress_ns.max(at_ns);
         }
+    }
+
+    /// The journal showed some of `pid`'s GPU work done at `at_ns` (see `last_gpu_done_ns`).
+    pub fn gpu_done(&mut self, pid: u32, at_ns: u64) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.last_gpu_done_ns = p.last_gpu_done_ns.max(at_ns);
+        }
+    }
+
+    /// `pid`'s recording journal showed GPU work done within `recent_ns` of `now_ns`.
+    pub fn gpu_completing(&self, pid: u32, now_ns: u64, recent_ns: u64) -> Option<u64> {
+        let p = self.procs.get(&pid)?;
+        let recording = self
+            .journals
+            .get(&pid)
+            .is_some_and(|j| j.status == JournalStatus::Recording);
+        let ago = now_ns.saturating_sub(p.last_gpu_done_ns);
+        (recording && p.last_gpu_done_ns > 0 && ago < recent_ns).then_some(ago)
     }
 
     /// `pid`'s shim journal, created at `created_ns`, is read from now on: it holds every

@@ -72,6 +72,87 @@ fn apply_host_stalls(verdict: &mut Verdict, stalls: &[HostStall]) {
     };
 }
 
+/// GPU work done this recently (a completion, a mark, a synchronize returning) is work still
+/// completing: marks pass every few launches, so a healthy queue shows one well within it.
+const COMPLETING_NS: u64 = 1_000_000_000;
+
+/// Threads blocked in launches, synchronizes or copies behind GPU work the journal shows
+/// completing are waiting, not stuck: busy, whatever the wait's length. (The daemon on the
+/// H200, 2026-12-03, called a synchronize waiting 1–2 s for queued graph replays to drain
+/// `blocked_in_sync` ten times in seven minutes, while the journal showed every replay
+/// completing; on the simulated driver, nine incidents in 14 s of a queue of 2 ms kernels
+/// draining.) A kernel judged stuck has made its verdict already; without a journal nothing
+/// says whether work completes, and the verdict stands.
+fn apply_progress(
+    verdict: &mut Verdict,
+    threads: &[ThreadView],
+    heads: &[StreamHead],
+    model: &Model,
+    now_ns: u64,
+) {
+    use crate::model::kernels::KernelState;
+    use probe_common::api::{ApiClass, class};
+    if !matches!(
+        verdict.kind,
+        VerdictKind::LaunchQueueFull | VerdictKind::BlockedInSync | VerdictKind::BlockedInCopy
+    ) {
+        return;
+    }
+    let waiting: Vec<&ThreadView> = threads
+        .iter()
+        .filter(|t| {
+            t.blocked
+                && matches!(
+                    class(t.api_id),
+                    Some(ApiClass::Launch | ApiClass::Sync | ApiClass::Copy)
+                )
+        })
+        .collect();
+    let mut pids: Vec<u32> = waiting.iter().map(|t| t.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    // A kernel past its bounds in one of them is evidence against: the verdict says it.
+    let suspect = heads.iter().any(|h| {
+        pids.contains(&h.pid)
+            && h.judgement
+                .as_ref()
+                .is_some_and(|j| j.state != KernelState::Running)
+    });
+    if suspect {
+        return;
+    }
+    let ago: Option<Vec<u64>> = pids
+        .iter()
+        .map(|&pid| model.gpu_completing(pid, now_ns, COMPLETING_NS))
+        .collect();
+    let Some(ago) = ago.filter(|a| !a.is_empty()) else {
+        return;
+    };
+    let list: Vec<String> = waiting
+        .iter()
+        .map(|t| {
+            format!(
+                "tid {} ({}) in {} for {}{}",
+                t.tid,
+                t.name,
+                t.api,
+                if t.in_call_at_least { "≥ " } else { "" },
+                describe::fmt_duration(t.in_call_ms)
+            )
+        })
+        .collect();
+    let newest = ago.iter().max().copied().unwrap_or(0);
+    *verdict = Verdict {
+        kind: VerdictKind::Busy,
+        summary: format!(
+            "waiting behind GPU work that is completing: {}; the shim journal saw work done {} \
+             ago: busy, not an incident.",
+            list.join("; "),
+            describe::fmt_duration(newest as f64 / 1e6)
+        ),
+    };
+}
+
 pub struct Pipeline {
     pub settings: Settings,
     stacks: StackCache,
@@ -109,6 +190,7 @@ impl Pipeline {
 
     fn read(&mut self, model: &Model, now_ns: u64) -> Seen {
         Seen {
+            now_ns,
             threads: model.threads_in_calls(now_ns, self.settings.blocked_after_ns()),
             heads: model.kernel_heads(),
             stalls: host_stall::find(
@@ -129,6 +211,7 @@ impl Pipeline {
         stalls: &[HostStall],
         alive: bool,
         journal: bool,
+        now_ns: u64,
     ) -> Verdict {
         let s = &self.settings;
         let mut verdict = host_calls::decide(threads, s.blocked_after_ms(), alive, journal);
@@ -140,12 +223,14 @@ impl Pipeline {
             &s.kernel,
             &s.collectives,
         );
+        apply_progress(&mut verdict, threads, heads, model, now_ns);
         apply_host_stalls(&mut verdict, stalls);
         verdict
     }
 
     fn judge_all(&mut self, model: &Model, seen: Seen) -> Evaluation {
         let Seen {
+            now_ns,
             threads,
             mut heads,
             stalls,
@@ -158,6 +243,7 @@ impl Pipeline {
             &stalls,
             alive,
             model.journal_read(),
+            now_ns,
         );
         self.ranks.retain(|pid, _| model.procs.contains_key(pid));
         let infos: Vec<RankInfo> = model
@@ -212,7 +298,15 @@ impl Pipeline {
                     .journals
                     .get(&pid)
                     .is_some_and(|j| j.status.is_readable());
-                let verdict = self.judge(model, &threads, &mut heads, &stalls, !p.exited, journal);
+                let verdict = self.judge(
+                    model,
+                    &threads,
+                    &mut heads,
+                    &stalls,
+                    !p.exited,
+                    journal,
+                    seen.now_ns,
+                );
                 (
                     pid,
                     Evaluation {
@@ -230,6 +324,7 @@ impl Pipeline {
 
 /// What a verdict is made from, read from the model once per evaluation.
 struct Seen {
+    now_ns: u64,
     threads: Vec<ThreadView>,
     heads: Vec<StreamHead>,
     stalls: Vec<HostStall>,

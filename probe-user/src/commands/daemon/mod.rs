@@ -564,7 +564,13 @@ fn process_metrics(collector: &Collector, pid: u32, ev: &Evaluation) -> ProcessM
         verdict: ev.verdict.kind.as_str(),
         threads_in_calls: ev.threads.len() as u64,
         blocked_threads: ev.threads.iter().filter(|t| t.blocked).count() as u64,
-        sched_yield_per_s: ev.threads.iter().map(|t| t.sched_yield_per_s).sum(),
+        // A fold from +0.0: `f64`'s `Sum` of no threads is -0.0, which the metric exported as
+        // `-0.0` (seen on the H200, 2026-12-03).
+        sched_yield_per_s: ev
+            .threads
+            .iter()
+            .filter(|t| t.sched_yield_measured)
+            .fold(0.0, |sum, t| sum + t.sched_yield_per_s),
         streams: ev
             .kernels
             .iter()
