@@ -203,6 +203,7 @@ impl Pipeline {
     }
 
     /// One process's (or every target's) verdict from what it was seen doing.
+    #[allow(clippy::too_many_arguments)]
     fn judge(
         &self,
         model: &Model,
