@@ -437,6 +437,65 @@ def healthy(run):
     run.check("workload exits 0", run.exit_code(p) == 0)
 
 
+@scenario("healthy-serving-soak", sets=("soak",), quick=False)
+def healthy_serving_soak(run):
+    """Two never-wedged PyTorch servers (shim, no shim), daemon on, `report` every ~15 s: no incident."""
+    secs = 330
+    cfg = run.log("daemon.toml")
+    with open(cfg, "w") as f:
+        f.write(f'listen = "127.0.0.1:19478"\nlog_format = "json"\ndump_dir = "{run.h.logs}/soak-dumps"\n')
+    d = run.start([run.h.wp, "daemon", "--config", cfg], suffix="daemon")
+    time.sleep(2)
+    sides = {"shim": run.start(["python3", "healthy_serve.py", str(secs)], shim=True, suffix="shim"),
+             "bare": run.start(["python3", "healthy_serve.py", str(secs)], suffix="bare")}
+    for p in sides.values():
+        run.wait_line(p, "ready", 120)
+    t0 = time.monotonic()
+    answers = []  # (s since start, side, kind, summary)
+    yields = []
+    i = 0
+    while time.monotonic() - t0 < secs - 10 and all(p.poll() is None for p in sides.values()):
+        side = ("shim", "bare")[i % 2]
+        i += 1
+        ans = run.report([sides[side].pid])
+        v = ans.get("verdict") or {}
+        answers.append((round(time.monotonic() - t0, 1), side, v.get("kind"), (v.get("summary") or "")[:240]))
+        try:
+            text = urllib.request.urlopen("http://127.0.0.1:19478/metrics", timeout=5).read().decode()
+            yields += [l for l in text.splitlines() if l.startswith("wedgeprobe_sched_yield_per_second")]
+        except OSError:
+            pass
+        time.sleep(6.5)
+    codes = {side: run.exit_code(p, 120) for side, p in sides.items()}
+    d.send_signal(signal.SIGTERM)
+    run.exit_code(d, 60)
+    events = []
+    for line in run.err(d).splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    pid_side = {p.pid: side for side, p in sides.items()}
+    incidents = [(pid_side.get(e.get("pid")), e.get("kind"), (e.get("summary") or "")[:200]) for e in events
+                 if e.get("event") == "verdict" and e.get("kind") not in ("healthy", "busy")]
+    dumps = [pid_side.get(e.get("pid")) for e in events if e.get("event") == "dump"]
+    with open(run.log("soak-figure.json"), "w") as f:
+        json.dump({"reports": answers, "daemon_incident_verdicts": incidents, "dumps": dumps}, f, indent=1)
+    for side in ("shim", "bare"):
+        bad = [a for a in answers if a[1] == side and a[2] not in ("healthy", "busy")]
+        run.check(f"{side}: no false verdict in {sum(a[1] == side for a in answers)} reports", not bad, bad[:4])
+        mine = [x for x in incidents if x[0] == side]
+        run.check(f"{side}: the daemon declares no incident", not mine and side not in dumps,
+                  {"verdicts": mine[:4], "dumps": dumps.count(side)})
+        run.check(f"{side}: the workload runs to its end", codes[side] == 0, codes[side])
+    run.check("no kernel_wedge anywhere", not any(a[2] == "kernel_wedge" for a in answers)
+              and not any(x[1] == "kernel_wedge" for x in incidents))
+    run.check("the yield metric is never negative", not any(" -" in l for l in yields), yields[:3])
+    run.notes.append(f"{len(answers)} reports: " + ", ".join(
+        f"{k}: {sum(1 for a in answers if a[2] == k)}" for k in sorted({str(a[2]) for a in answers})))
+    run.notes.append(f"daemon: {len(incidents)} incident verdicts, {len(dumps)} dumps")
+
+
 # --- the shapes production gives the shim ----------------------------------------------------
 
 POD = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
