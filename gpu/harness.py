@@ -229,6 +229,37 @@ def sync_wedge(run):
     mbarrier(run, "sync", "cuStreamSynchronize", None)
 
 
+def before_attach_no_shim(run, mode, api):
+    """A wedge entered 3+ s before `report`, no shim: the call is shown blocked, with a lower
+    bound (`≥`), not as just entered."""
+    exe = run.h.cuda("mbarrier_wedge")
+    if not run.check("mbarrier_wedge.cu builds", exe):
+        return
+    p = run.start([exe, mode, "9"])
+    time.sleep(4.5)
+    ans = run.report([p.pid])
+    rows = [t for t in ans.get("threads") or [] if (t.get("api") or "").startswith(api)]
+    run.notes.append("threads: " + "; ".join(
+        f"{t.get('api')} {t.get('in_call_ms', 0):.0f} ms at_least={t.get('in_call_at_least')} "
+        f"blocked={t.get('blocked')} seen_by={t.get('seen_by')}" for t in ans.get("threads") or []))
+    run.check(f"a thread in {api}* shown blocked for >= 1000 ms (or at least the window)",
+              any(t.get("blocked") and t.get("in_call_ms", 0) >= 1000 for t in rows), rows[:2])
+    run.notes.append(f"verdict: {(ans.get('verdict') or {}).get('kind')}")
+    run.check("reproducer exits 0 once released", run.exit_code(p) == 0)
+
+
+@scenario("sync-before-attach-no-shim", quick=False)
+def sync_before_attach_no_shim(run):
+    """A synchronize behind a stuck kernel entered 4 s before `report`, no shim."""
+    before_attach_no_shim(run, "sync", "cuStreamSynchronize")
+
+
+@scenario("launch-before-attach-no-shim", quick=False)
+def launch_before_attach_no_shim(run):
+    """A launch blocked in the full queue 4 s before `report`, no shim."""
+    before_attach_no_shim(run, "launch", "cuLaunchKernel")
+
+
 @scenario("lazy-load-wedge", quick=False)
 def lazy_load(run):
     """A kernel spins; a first launch of a lazily loaded kernel blocks loading its module."""
@@ -314,6 +345,12 @@ def handshake_shim(run):
 def handshake_later(run):
     """The handshake spin after 30 s of healthy serving (a server that hung later)."""
     handshake(run, False, 30)
+
+
+@scenario("handshake-spin-after-healthy-shim", quick=False)
+def handshake_later_shim(run):
+    """The same with the shim (a journal dates the GPU's silence, not the spin)."""
+    handshake(run, True, 30)
 
 
 @scenario("attach-then-wedge")
