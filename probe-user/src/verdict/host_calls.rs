@@ -75,6 +75,26 @@ const UNKNOWN_CALL_BOUND_MS: f64 = 10_000.0;
 /// VM (2026-12-01); past two minutes it is a hang worth a verdict (a GPU that does not come up).
 const INIT_CALL_BOUND_MS: f64 = 120_000.0;
 
+/// One thread in a call, as verdicts list it: tid, name, entry point, time in it (`≥` where it
+/// began before attach), its stream and sched_yield rate where known.
+pub fn describe_thread(t: &ThreadView) -> String {
+    let mut s = format!(
+        "tid {} ({}) in {} for {}{}",
+        t.tid,
+        t.name,
+        t.api,
+        if t.in_call_at_least { "≥ " } else { "" },
+        fmt_duration(t.in_call_ms)
+    );
+    if let Some(stream) = &t.stream {
+        s.push_str(&format!(" on stream {stream}"));
+    }
+    if t.sched_yield_per_s >= 1.0 {
+        s.push_str(&format!(", {:.0} sched_yield/s", t.sched_yield_per_s));
+    }
+    s
+}
+
 /// `kernels_visible`: a shim journal is read, so `apply_kernels` will name the kernel; in
 /// eBPF-only mode the summary says it cannot.
 pub fn decide(
@@ -91,23 +111,7 @@ pub fn decide(
     }
     let blocked: Vec<&ThreadView> = threads.iter().filter(|t| t.blocked).collect();
     let class = |t: &ThreadView| api::class(t.api_id);
-    let describe = |t: &ThreadView| {
-        let mut s = format!(
-            "tid {} ({}) in {} for {}{}",
-            t.tid,
-            t.name,
-            t.api,
-            if t.in_call_at_least { "≥ " } else { "" },
-            fmt_duration(t.in_call_ms)
-        );
-        if let Some(stream) = &t.stream {
-            s.push_str(&format!(" on stream {stream}"));
-        }
-        if t.sched_yield_per_s >= 1.0 {
-            s.push_str(&format!(", {:.0} sched_yield/s", t.sched_yield_per_s));
-        }
-        s
-    };
+    let describe = describe_thread;
     let list = |ts: &[&ThreadView]| {
         ts.iter()
             .map(|t| describe(t))

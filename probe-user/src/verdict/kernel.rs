@@ -309,9 +309,17 @@ pub fn apply_kernels(
         && let Some(j) = &h.judgement
     {
         if j.state == KernelState::Running {
+            // Said without the host verdict's opening ("GPU not completing work … likely
+            // wedged"): read at 3 a.m., it contradicted the `busy` it ended with.
+            let waiting: Vec<String> = threads
+                .iter()
+                .filter(|t| t.blocked && t.pid == h.pid)
+                .map(super::host_calls::describe_thread)
+                .collect();
             verdict.kind = VerdictKind::Busy;
             verdict.summary = format!(
-                "{host} They wait behind {} on stream {}, which has run ~{}, within its bound of {}: busy, not (yet) a wedge.",
+                "{} wait behind {} on stream {}, which has run ~{}, within its bound of {}: busy, not (yet) a wedge.",
+                waiting.join("; "),
                 h.kernel,
                 h.stream,
                 fmt_duration(h.running_ms),

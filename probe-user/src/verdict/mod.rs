@@ -130,16 +130,7 @@ fn apply_progress(
     };
     let list: Vec<String> = waiting
         .iter()
-        .map(|t| {
-            format!(
-                "tid {} ({}) in {} for {}{}",
-                t.tid,
-                t.name,
-                t.api,
-                if t.in_call_at_least { "≥ " } else { "" },
-                describe::fmt_duration(t.in_call_ms)
-            )
-        })
+        .map(|t| host_calls::describe_thread(t))
         .collect();
     let newest = ago.iter().max().copied().unwrap_or(0);
     *verdict = Verdict {
