@@ -5,10 +5,14 @@
 //! (a collective) — docs/measured-facts.md, "Two ranks, one stuck".
 //!
 //! Processes are grouped into a job by what torchrun, vLLM and SGLang put in their
-//! environment (`TORCHELASTIC_RUN_ID`, `MASTER_ADDR:MASTER_PORT`), else by parent process, or
-//! all targets when `--job` says so; the rank comes from `RANK` (else `LOCAL_RANK`), else the
-//! PID order within the job. The environment is the target's: read from /proc, bounded and
-//! parsed defensively.
+//! environment (`TORCHELASTIC_RUN_ID`, `MASTER_ADDR:MASTER_PORT`, `WEDGEPROBE_JOB`), else —
+//! when they carry a rank (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, or mpirun's, PMI's and Slurm's:
+//! TensorRT-LLM starts its ranks with mpirun) — by parent process, or all targets when `--job`
+//! says so. A shared parent alone is not a job: two unrelated servers started from one shell
+//! were judged one job on the H200 (2026-12-03), a dump's verdict listing the other's thread.
+//! The rank comes from `RANK`, else the launcher's, else `LOCAL_RANK`, else the PID order
+//! within the job. The environment is the target's: read from /proc, bounded and parsed
+//! defensively.
 
 use std::collections::BTreeMap;
 
@@ -24,9 +28,20 @@ pub struct RankInfo {
     pub rank: Option<u32>,
     pub local_rank: Option<u32>,
     pub world_size: Option<u32>,
-    /// Where the rank came from: `RANK`, `LOCAL_RANK`, or `pid order`.
+    /// Where the rank came from: `RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `SLURM_PROCID`,
+    /// `LOCAL_RANK`, or `pid order`.
     pub rank_source: &'static str,
 }
+
+/// Where a rank is read from, in order: torch.distributed's, mpirun's, PMI's, Slurm's, the
+/// node-local one.
+const RANK_VARS: [&str; 5] = [
+    "RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "SLURM_PROCID",
+    "LOCAL_RANK",
+];
 
 /// Largest environment read (a hostile process cannot make us read more).
 const MAX_ENVIRON: usize = 1 << 20;
@@ -56,6 +71,9 @@ pub fn parse_environ(pid: u32, ppid: u32, env: &[u8]) -> RankInfo {
                 "RANK"
                     | "LOCAL_RANK"
                     | "WORLD_SIZE"
+                    | "OMPI_COMM_WORLD_RANK"
+                    | "PMI_RANK"
+                    | "SLURM_PROCID"
                     | "MASTER_ADDR"
                     | "MASTER_PORT"
                     | "TORCHELASTIC_RUN_ID"
@@ -73,14 +91,16 @@ pub fn parse_environ(pid: u32, ppid: u32, env: &[u8]) -> RankInfo {
         format!("torchelastic {r}")
     } else if let (Some(a), Some(p)) = (vars.get("MASTER_ADDR"), vars.get("MASTER_PORT")) {
         format!("master {a}:{p}")
+    } else if RANK_VARS.iter().any(|k| num(k).is_some()) || num("WORLD_SIZE").is_some() {
+        format!("ranks of pid {ppid}")
     } else {
-        format!("children of pid {ppid}")
+        // No evidence of a job: a job of one, which `analyze` leaves out.
+        format!("pid {pid}")
     };
-    let (rank, source) = match (num("RANK"), num("LOCAL_RANK")) {
-        (Some(r), _) => (Some(r), "RANK"),
-        (None, Some(r)) => (Some(r), "LOCAL_RANK"),
-        _ => (None, "pid order"),
-    };
+    let (rank, source) = RANK_VARS
+        .iter()
+        .find_map(|&k| Some((Some(num(k)?), k)))
+        .unwrap_or((None, "pid order"));
     RankInfo {
         pid,
         job,
@@ -303,9 +323,22 @@ mod tests {
         assert_eq!(i.job, "master 10.0.0.1:29500");
         let i = parse_environ(11, 7, b"LOCAL_RANK=1\0garbage\xff\0");
         assert_eq!((i.rank, i.rank_source), (Some(1), "LOCAL_RANK"));
-        assert_eq!(i.job, "children of pid 7");
+        assert_eq!(i.job, "ranks of pid 7");
         let i = parse_environ(12, 7, b"RANK=not-a-number\0");
         assert_eq!(i.rank, None);
+        let i = parse_environ(13, 7, b"OMPI_COMM_WORLD_RANK=2\0OMPI_COMM_WORLD_SIZE=4\0");
+        assert_eq!((i.rank, i.rank_source), (Some(2), "OMPI_COMM_WORLD_RANK"));
+        assert_eq!(i.job, "ranks of pid 7");
+    }
+
+    /// Two servers started from one shell share a parent and nothing else: no job (before,
+    /// "children of pid 7", one job, each judged with the other's threads).
+    #[test]
+    fn a_shared_parent_alone_is_not_a_job() {
+        let a = parse_environ(20, 7, b"PATH=/bin\0HOME=/root\0");
+        let b = parse_environ(21, 7, b"PATH=/bin\0HOME=/root\0");
+        assert_ne!(a.job, b.job);
+        assert!(analyze(&[a, b], &[], false, &|_| true).is_empty());
     }
 
     #[test]
@@ -350,7 +383,9 @@ mod tests {
 
     #[test]
     fn no_culprit_without_a_waiting_peer() {
-        let infos: Vec<RankInfo> = (0..2).map(|r| parse_environ(200 + r, 1, b"")).collect();
+        let infos: Vec<RankInfo> = (0..2)
+            .map(|r| parse_environ(200 + r, 1, b"WEDGEPROBE_JOB=t\0"))
+            .collect();
         let heads = vec![head(200, "gemm_kernel", 9_000.0, false)];
         let jobs = analyze(&infos, &heads, false, &|_| true);
         assert!(jobs[0].culprit.is_none());
@@ -362,7 +397,9 @@ mod tests {
     /// says that, rather than "no kernel in flight".
     #[test]
     fn a_rank_without_a_journal_has_unknown_kernels() {
-        let infos: Vec<RankInfo> = (0..2).map(|r| parse_environ(300 + r, 1, b"")).collect();
+        let infos: Vec<RankInfo> = (0..2)
+            .map(|r| parse_environ(300 + r, 1, b"WEDGEPROBE_JOB=t\0"))
+            .collect();
         let jobs = analyze(&infos, &[], false, &|pid| pid == 300);
         let states: Vec<RankStateKind> = jobs[0].ranks.iter().map(|r| r.state).collect();
         assert_eq!(
