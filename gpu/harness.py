@@ -85,9 +85,10 @@ class Run:
             time.sleep(0.1)
         return None
 
-    def wp(self, *args, timeout=120):
+    def wp(self, *args, timeout=120, env=None):
         t0 = time.monotonic()
-        r = subprocess.run([self.h.wp, *args], capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run([self.h.wp, *args], capture_output=True, text=True, timeout=timeout,
+                           env=dict(os.environ, **(env or {})))
         return r, time.monotonic() - t0
 
     def report(self, pids, *args):
@@ -95,8 +96,11 @@ class Run:
         a = []
         for p in pids:
             a += ["--pid", str(p)]
-        r, wall = self.wp("report", "--json", *a, *args)
+        # The phase lines (WEDGEPROBE_TIMINGS) say where a slow answer's time went.
+        r, wall = self.wp("report", "--json", *a, *args, env={"WEDGEPROBE_TIMINGS": "1"})
         self.report_wall_s.append(round(wall, 2))
+        with open(self.log(f"report{len(self.answers) + 1}.err"), "w") as f:
+            f.write(r.stderr)
         try:
             ans = json.loads(r.stdout)
         except ValueError:
