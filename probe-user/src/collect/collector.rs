@@ -334,9 +334,6 @@ impl Collector {
                     continue;
                 }
                 moved_at = moved_at.max(r.start_ns.max(r.end_ns).min(now_ns));
-                if is_completion(&r) {
-                    done_at = done_at.max(r.end_ns.min(now_ns));
-                }
                 let name = match &last {
                     Some((id, n)) if *id == r.name_id => n.clone(),
                     _ => {
@@ -357,6 +354,7 @@ impl Collector {
                 };
                 if is_completion(&r) {
                     run.push(r.end_ns.saturating_sub(r.start_ns));
+                    done_at = done_at.max(r.end_ns.min(now_ns));
                 }
                 if let Some(tap) = &mut self.tap {
                     let mut r = r;

@@ -876,12 +876,8 @@ impl Model {
     /// `pid`'s recording journal showed GPU work done within `recent_ns` of `now_ns`.
     pub fn gpu_completing(&self, pid: u32, now_ns: u64, recent_ns: u64) -> Option<u64> {
         let p = self.procs.get(&pid)?;
-        let recording = self
-            .journals
-            .get(&pid)
-            .is_some_and(|j| j.status == JournalStatus::Recording);
         let ago = now_ns.saturating_sub(p.last_gpu_done_ns);
-        (recording && p.last_gpu_done_ns > 0 && ago < recent_ns).then_some(ago)
+        (self.kernels_known(pid) && p.last_gpu_done_ns > 0 && ago < recent_ns).then_some(ago)
     }
 
     /// `pid`'s shim journal, created at `created_ns`, is read from now on: it holds every

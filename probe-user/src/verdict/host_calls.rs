@@ -111,10 +111,9 @@ pub fn decide(
     }
     let blocked: Vec<&ThreadView> = threads.iter().filter(|t| t.blocked).collect();
     let class = |t: &ThreadView| api::class(t.api_id);
-    let describe = describe_thread;
     let list = |ts: &[&ThreadView]| {
         ts.iter()
-            .map(|t| describe(t))
+            .map(|t| describe_thread(t))
             .collect::<Vec<_>>()
             .join("; ")
     };
