@@ -337,9 +337,15 @@ mod tests {
             .spawn()
             .expect("spawn true");
         let pid = child.id();
-        // Not reaped yet: a zombie once it has exited.
+        // Not reaped yet: a zombie once it has exited. Waited for by its state, not by
+        // `exiting`: mid-exec its cmdline reads empty for an instant, and the loop ended there
+        // while the process then ran on (4 failures in 60 runs).
+        let zombie = || {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| stat_state(&s) == Some('Z'))
+        };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !exiting(pid) && std::time::Instant::now() < deadline {
+        while !zombie() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert!(exiting(pid), "zombie {pid} not seen as exiting");
