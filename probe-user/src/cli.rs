@@ -66,6 +66,10 @@ pub struct SettingsArgs {
     /// thread spinning on a core, is in a host stall.
     #[arg(long, default_value = defaults::STALL_AFTER, value_parser = parse_duration)]
     pub stall_after: Duration,
+    /// Without a shim journal (nothing shows whether the GPU completes work), a launch,
+    /// synchronize or copy blocked this long is an incident; before, the verdict is `waiting`.
+    #[arg(long, default_value = defaults::NO_JOURNAL_BOUND, value_parser = parse_duration)]
+    pub no_journal_bound: Duration,
     /// Treat all the PIDs as the ranks of one job (else jobs come from their environment).
     #[arg(long)]
     pub job: bool,
@@ -84,6 +88,7 @@ impl SettingsArgs {
             self.kernel_hard_bound,
             self.stall_after,
         )
+        .with_no_journal_bound(self.no_journal_bound)
         .with_collectives(&self.collectives);
         s.one_job = self.job;
         s

@@ -16,6 +16,13 @@ pub mod defaults {
     pub const KERNEL_HARD_BOUND: &str = "60s";
     /// GPU work still this long, no kernel in flight, a thread spinning: a host stall.
     pub const STALL_AFTER: &str = "10s";
+    /// Without a shim journal nothing shows whether the GPU completes work: a launch,
+    /// synchronize or copy blocked this long is an incident, not before. The longest wait of
+    /// healthy serving measured on the H200 (`healthy-serving-soak`, 2026-12-04: a 3 s kernel
+    /// then a synchronize; a 2.5 s kernel with 1500 launches queued behind it; graph replays
+    /// draining 1–2 s) is 3.0 s, and at a 1 s bound the daemon called those waits incidents
+    /// 8–9 times in 330 s; 10 s is 3× the longest and the same as `STALL_AFTER`.
+    pub const NO_JOURNAL_BOUND: &str = "10s";
     /// `report` watches this long; a call already in progress at attach is known to be
     /// inside at least this long, so it equals `BLOCKED_AFTER`.
     pub const REPORT_WINDOW: &str = "1s";
@@ -50,6 +57,9 @@ pub struct Settings {
     pub blocked_after: Duration,
     pub kernel: KernelBounds,
     pub stall_after: Duration,
+    /// Without a journal, a blocked launch / synchronize / copy is an incident past this
+    /// (`defaults::NO_JOURNAL_BOUND`); under it the verdict is `waiting`.
+    pub no_journal_bound: Duration,
     /// Every target is a rank of one job (`--job`).
     pub one_job: bool,
     /// Kernel-name patterns that also mark collectives (`--collective`, `collectives`).
@@ -90,6 +100,7 @@ impl Settings {
                 hard_ms: kernel_hard_bound.as_secs_f64() * 1e3,
             },
             stall_after,
+            no_journal_bound: default_duration(defaults::NO_JOURNAL_BOUND),
             one_job: false,
             collectives: Vec::new(),
         }
@@ -101,6 +112,15 @@ impl Settings {
 
     pub fn blocked_after_ns(&self) -> u64 {
         self.blocked_after.as_nanos() as u64
+    }
+
+    pub fn no_journal_bound_ms(&self) -> f64 {
+        self.no_journal_bound.as_secs_f64() * 1e3
+    }
+
+    pub fn with_no_journal_bound(mut self, bound: Duration) -> Self {
+        self.no_journal_bound = bound;
+        self
     }
 
     pub fn stall_after_ns(&self) -> u64 {

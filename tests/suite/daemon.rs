@@ -377,8 +377,7 @@ fn a_queue_draining_behind_a_synchronize_is_busy_not_an_incident() {
         ],
     );
     // The sibling: mostly idle, with the shim, one legitimately long kernel and its
-    // synchronize. (Without a journal such a wait is still called `blocked_in_sync` past
-    // `blocked_after`: nothing shows the GPU progressing — an open part of this work.)
+    // synchronize. (Without a journal: the next test.)
     let idle = Worker::spawn(
         &["healthy", "30"],
         &[
@@ -410,6 +409,58 @@ fn a_queue_draining_behind_a_synchronize_is_busy_not_an_incident() {
         "{m}"
     );
     drop(idle);
+}
+
+/// Without a journal nothing shows the GPU completing work: the same draining queue (each
+/// synchronize waiting ~2 s, the launcher behind the full queue) is `waiting` under the
+/// no-journal bound, never an incident — on the H200 soak the daemon called such waits
+/// `blocked_in_sync` / `launch_queue_full` 8–9 times in 330 s. A wedge beside it becomes the
+/// incident once its wait passes the default bound (10 s), with its dump.
+#[test]
+fn without_a_journal_healthy_waits_are_not_incidents_and_a_wedge_is_one() {
+    require_root!();
+    let d = Daemon::start("no-journal", "");
+    let drain = Worker::spawn(
+        &["bench", "12000"],
+        &[
+            ("SIMCUDA_KERNEL_US", "2000"),
+            ("SIMWORKER_LAUNCH_DELAY_MS", "0"),
+        ],
+    );
+    let wedge = Worker::spawn(
+        &["wedge", "25", "1500"],
+        &[("SIMCUDA_RELEASE_AFTER_S", "20")],
+    );
+    let (dp, wp) = (drain.pid(), wedge.pid());
+    d.wait_for(secs(20.0), |e| {
+        e["event"] == "verdict" && e["pid"] == dp && e["kind"] == "waiting"
+    });
+    // The wedge (1.5 s in) is waiting first, then the incident once past 10 s.
+    let incident = d.wait_for(secs(25.0), |e| {
+        e["event"] == "verdict" && e["pid"] == wp && e["kind"] == "launch_queue_full"
+    });
+    assert!(
+        incident["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("launcher")),
+        "{incident}"
+    );
+    d.wait_for(secs(5.0), |e| e["event"] == "dump" && e["pid"] == wp);
+    let events = d.events.lock().unwrap().clone();
+    let waited = events
+        .iter()
+        .any(|e| e["event"] == "verdict" && e["pid"] == wp && e["kind"] == "waiting");
+    assert!(waited, "the wedge was waiting before its bound: {events:?}");
+    let bad: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["pid"] == dp
+                && (e["event"] == "dump"
+                    || (e["event"] == "verdict"
+                        && !matches!(e["kind"].as_str(), Some("waiting" | "healthy"))))
+        })
+        .collect();
+    assert!(bad.is_empty(), "incidents on a draining queue: {bad:?}");
 }
 
 #[test]

@@ -204,6 +204,12 @@ pub fn launch_probes(event: &serde_json::Value) -> &str {
 }
 
 /// `wedgeprobe report --json` parsed, with its exit status checked.
+/// For tests of what a verdict without a journal names, not of when it becomes an incident:
+/// the no-journal bound out of the way (1 ms: the blocked bound decides, as before the bound
+/// existed). Its default, 10 s, is tested by `a_wait_without_a_journal_is_waiting_until_its_bound`
+/// and the daemon's `without_a_journal_healthy_waits_are_not_incidents_and_a_wedge_is_one`.
+pub const BOUND_AT_BLOCKED: [&str; 2] = ["--no-journal-bound", "1ms"];
+
 pub fn report_json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["report", "--json"];
     all.extend_from_slice(args);

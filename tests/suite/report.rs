@@ -2,7 +2,7 @@
 
 use std::thread::sleep;
 
-use super::{Worker, report_json, require_root, secs, thread};
+use super::{BOUND_AT_BLOCKED, Worker, report_json, require_root, secs, thread};
 
 /// Attached before the wedge: the uprobes see the calls begin, so times and arguments are
 /// exact, and the kernel names are known (attached before cuModuleGetFunction).
@@ -18,7 +18,14 @@ fn wedge_names_the_blocked_launcher_and_syncer() {
     );
     sleep(secs(0.3));
     // Attach at ~0.5 s; the kernels are looked up at 1.5 s, the wedge at 2.5 s.
-    let r = report_json(&["--pid", &w.pid_arg(), "--window", "5s"]);
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        "--window",
+        "5s",
+        BOUND_AT_BLOCKED[0],
+        BOUND_AT_BLOCKED[1],
+    ]);
     let launcher = thread(&r, "launcher").expect("launcher is in a call");
     assert_eq!(launcher["api"], "cuLaunchKernel");
     assert_eq!(launcher["seen_by"], "uprobe");
@@ -70,7 +77,12 @@ fn wedge_found_after_the_fact_by_stack_scan() {
     require_root!();
     let w = Worker::spawn(&["wedge", "10", "300"], &[("SIMCUDA_RELEASE_AFTER_S", "8")]);
     sleep(secs(1.5));
-    let r = report_json(&["--pid", &w.pid_arg()]);
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        BOUND_AT_BLOCKED[0],
+        BOUND_AT_BLOCKED[1],
+    ]);
     let launcher = thread(&r, "launcher").expect("launcher found");
     assert_eq!(launcher["api"], "cuLaunchKernel");
     assert_eq!(launcher["seen_by"], "stack-scan");
@@ -83,6 +95,48 @@ fn wedge_found_after_the_fact_by_stack_scan() {
         "the driver's own thread is no API call"
     );
     assert_eq!(r["verdict"]["kind"], "launch_queue_full");
+}
+
+/// Without a journal nothing shows whether the GPU completes work: a launch blocked behind a
+/// full queue looks the same behind a wedge as behind a 2.5 s kernel that completes (the H200
+/// soak: `report` called the healthy one `launch_queue_full` three times in 330 s, the daemon
+/// eight). Under the no-journal bound (default 10 s) it is `waiting`, the threads still listed
+/// blocked, the unknown said; a window reaching the bound gives the incident.
+#[test]
+fn a_wait_without_a_journal_is_waiting_until_its_bound() {
+    require_root!();
+    // Released late: the second report starts after the first one's probes are closed
+    // (`wait_for_background_detach`, seconds).
+    let w = Worker::spawn(
+        &["wedge", "30", "300"],
+        &[("SIMCUDA_RELEASE_AFTER_S", "28")],
+    );
+    sleep(secs(1.5));
+    let r = report_json(&["--pid", &w.pid_arg()]);
+    assert_eq!(r["verdict"]["kind"], "waiting", "{}", r["verdict"]);
+    let summary = r["verdict"]["summary"].as_str().unwrap();
+    let launcher = thread(&r, "launcher").expect("launcher found");
+    assert_eq!(launcher["blocked"], true, "{launcher}");
+    assert!(
+        summary.contains(&format!("tid {}", launcher["tid"]))
+            && summary.contains("GPU progress not seen")
+            && summary.contains("10.0 s"),
+        "{summary}"
+    );
+    // The same wait watched past a lowered bound is the incident.
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        "--window",
+        "2.5s",
+        "--no-journal-bound",
+        "2s",
+    ]);
+    assert_eq!(
+        r["verdict"]["kind"], "launch_queue_full",
+        "{}",
+        r["verdict"]
+    );
 }
 
 /// A synchronize that sleeps (blocking sync) is found from /proc, off-CPU.
@@ -134,7 +188,14 @@ fn two_targets_at_once() {
     let a = Worker::spawn(&["wedge", "10", "300"], &[("SIMCUDA_RELEASE_AFTER_S", "8")]);
     let b = Worker::spawn(&["healthy", "10"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
     sleep(secs(1.5));
-    let r = report_json(&["--pid", &a.pid_arg(), "--pid", &b.pid_arg()]);
+    let r = report_json(&[
+        "--pid",
+        &a.pid_arg(),
+        "--pid",
+        &b.pid_arg(),
+        BOUND_AT_BLOCKED[0],
+        BOUND_AT_BLOCKED[1],
+    ]);
     let pids: Vec<u64> = r["targets"]
         .as_array()
         .unwrap()
@@ -195,7 +256,14 @@ fn launch_ex_config_is_read_and_a_blocking_copy_is_named() {
         ],
     );
     sleep(secs(0.3));
-    let r = report_json(&["--pid", &w.pid_arg(), "--window", "3s"]);
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        "--window",
+        "3s",
+        BOUND_AT_BLOCKED[0],
+        BOUND_AT_BLOCKED[1],
+    ]);
     let launcher = thread(&r, "launcher").expect("launcher is in a call");
     assert_eq!(launcher["api"], "cuLaunchKernelEx");
     assert_eq!(launcher["grid"], serde_json::json!([66, 4, 2]));
@@ -230,7 +298,12 @@ fn ctx_synchronize_alone_gives_blocked_in_sync() {
         ],
     );
     sleep(secs(1.5));
-    let r = report_json(&["--pid", &w.pid_arg()]);
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        BOUND_AT_BLOCKED[0],
+        BOUND_AT_BLOCKED[1],
+    ]);
     let syncer = thread(&r, "syncer").expect("syncer found");
     assert_eq!(syncer["api"], "cuCtxSynchronize");
     assert_eq!(
@@ -257,7 +330,12 @@ fn a_ctx_synchronize_v2_is_named() {
         }
         let w = Worker::spawn(&["wedge", "0.3", "300"], &env);
         sleep(secs(1.5));
-        let r = report_json(&["--pid", &w.pid_arg()]);
+        let r = report_json(&[
+            "--pid",
+            &w.pid_arg(),
+            BOUND_AT_BLOCKED[0],
+            BOUND_AT_BLOCKED[1],
+        ]);
         let syncer = thread(&r, "syncer").expect("syncer found");
         assert_eq!(
             syncer["api"], "cuCtxSynchronize_v2",
@@ -303,7 +381,12 @@ fn a_synchronize_entered_before_attach_keeps_its_name_and_age() {
         }
         let w = Worker::spawn(&["wedge", "0.3", "300"], &env);
         sleep(secs(1.5));
-        let r = report_json(&["--pid", &w.pid_arg()]);
+        let r = report_json(&[
+            "--pid",
+            &w.pid_arg(),
+            BOUND_AT_BLOCKED[0],
+            BOUND_AT_BLOCKED[1],
+        ]);
         let syncer = thread(&r, "syncer").expect("syncer found");
         assert_eq!(syncer["api"], "cuCtxSynchronize", "{syncer}");
         assert_eq!(syncer["blocked"], true, "{syncer}");

@@ -4,8 +4,8 @@
 use std::thread::sleep;
 
 use super::{
-    Worker, launch_probes, report_json, require_root, secs, shim_path, thread, wedgeprobe,
-    wedgeprobe_bin,
+    BOUND_AT_BLOCKED, Worker, launch_probes, report_json, require_root, secs, shim_path, thread,
+    wedgeprobe, wedgeprobe_bin,
 };
 
 #[test]
@@ -86,7 +86,12 @@ fn the_shim_can_be_turned_off() {
         ],
     );
     sleep(secs(1.5));
-    let r = report_json(&["--pid", &w.pid_arg()]);
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        BOUND_AT_BLOCKED[0],
+        BOUND_AT_BLOCKED[1],
+    ]);
     assert_eq!(r["mode"], "ebpf-only");
     assert!(r["targets"][0]["journal"].is_null());
     assert_eq!(r["verdict"]["kind"], "launch_queue_full");
@@ -123,7 +128,14 @@ fn a_corrupt_journal_is_rejected_not_trusted() {
     std::io::Write::write_all(&mut f, b"garbage!").unwrap();
     drop(f);
     sleep(secs(1.0));
-    let out = wedgeprobe(&["report", "--json", "--pid", &w.pid_arg()]);
+    let out = wedgeprobe(&[
+        "report",
+        "--json",
+        "--pid",
+        &w.pid_arg(),
+        BOUND_AT_BLOCKED[0],
+        BOUND_AT_BLOCKED[1],
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("panicked"));

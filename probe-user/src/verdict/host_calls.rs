@@ -35,8 +35,13 @@ pub enum VerdictKind {
     KernelWedge,
     /// (Shim journal) the stuck kernel is a collective: it waits for a peer rank.
     CollectiveWait,
-    /// (Shim journal) threads wait behind a kernel that is still within its bounds.
+    /// (Shim journal) threads wait behind a kernel that is still within its bounds, or
+    /// behind work the journal shows completing.
     Busy,
+    /// (No journal) threads blocked in a launch, synchronize or copy for less than the
+    /// no-journal bound: whether the GPU completes work is not seen, and healthy serving
+    /// waits seconds (a long kernel, a queue draining). An incident past the bound.
+    Waiting,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -49,7 +54,10 @@ impl VerdictKind {
     /// Whether the verdict is an incident worth a flight-recorder dump (and an alert): all
     /// but healthy, busy (within bounds) and every target gone.
     pub fn is_incident(self) -> bool {
-        !matches!(self, Self::Healthy | Self::Busy | Self::TargetExited)
+        !matches!(
+            self,
+            Self::Healthy | Self::Busy | Self::Waiting | Self::TargetExited
+        )
     }
 
     /// The JSON spelling, for text output too.
@@ -65,6 +73,7 @@ impl VerdictKind {
             Self::KernelWedge => "kernel_wedge",
             Self::CollectiveWait => "collective_wait",
             Self::Busy => "busy",
+            Self::Waiting => "waiting",
         }
     }
 }

@@ -4,8 +4,10 @@
 //! 1. threads inside driver calls → a host-side verdict (`host_calls`);
 //! 2. each stream's oldest kernel, judged against its bounds (`kernel`), refines it:
 //!    `kernel_wedge`, `collective_wait`, `busy`;
-//! 3. processes with no GPU work and spinning threads (`host_stall`) when nothing else is wrong;
-//! 4. ranks grouped into jobs, and a job's culprit rank appended (`job`).
+//! 3. waits that evidence says are not stuck are not incidents: behind work the journal shows
+//!    completing (`busy`), or, without a journal, under the no-journal bound (`waiting`);
+//! 4. processes with no GPU work and spinning threads (`host_stall`) when nothing else is wrong;
+//! 5. ranks grouped into jobs, and a job's culprit rank appended (`job`).
 //!
 //! `Pipeline` owns what must last between ticks (symbolized stacks, ranks read from the
 //! environment) and the `Settings` it judges by.
@@ -62,7 +64,12 @@ impl Evaluation {
 
 /// A host stall is the verdict when nothing else is wrong (no blocked call, no stuck kernel).
 fn apply_host_stalls(verdict: &mut Verdict, stalls: &[HostStall]) {
-    if stalls.is_empty() || !matches!(verdict.kind, VerdictKind::Healthy | VerdictKind::Busy) {
+    if stalls.is_empty()
+        || !matches!(
+            verdict.kind,
+            VerdictKind::Healthy | VerdictKind::Busy | VerdictKind::Waiting
+        )
+    {
         return;
     }
     let parts: Vec<String> = stalls.iter().map(host_stall::describe).collect();
@@ -144,6 +151,57 @@ fn apply_progress(
     };
 }
 
+/// Blocked launches, synchronizes and copies of processes without a recording journal, under
+/// the no-journal bound: nothing shows whether the GPU behind them completes work, and a
+/// healthy server waits seconds (a 3 s kernel then a synchronize; a queue draining behind a
+/// 2.5 s kernel — the H200 soak, where a 1 s bound made 8–9 incidents in 330 s). They are
+/// judged apart: `waiting`, not an incident, until the bound.
+fn unseen_waits(threads: &[ThreadView], model: &Model, bound_ms: f64) -> Vec<ThreadView> {
+    use probe_common::api::{ApiClass, class};
+    threads
+        .iter()
+        .filter(|t| {
+            t.blocked
+                && t.in_call_ms < bound_ms
+                && !model.kernels_known(t.pid)
+                && matches!(
+                    class(t.api_id),
+                    Some(ApiClass::Launch | ApiClass::Sync | ApiClass::Copy)
+                )
+        })
+        .cloned()
+        .collect()
+}
+
+/// The waits `unseen_waits` set apart, said: the verdict when nothing else is wrong, else
+/// appended to it.
+fn apply_unseen_waits(verdict: &mut Verdict, unseen: &[ThreadView], bound_ms: f64) {
+    if unseen.is_empty() || verdict.kind == VerdictKind::TargetExited {
+        return;
+    }
+    let list: Vec<String> = unseen.iter().map(host_calls::describe_thread).collect();
+    let said = format!(
+        "waiting in the driver, GPU progress not seen (no shim journal): {}. A kernel running \
+         long, a queue draining and a wedge look the same from the host; an incident if it \
+         lasts {} (--no-journal-bound), which healthy serving's waits do not reach.",
+        list.join("; "),
+        describe::fmt_duration(bound_ms)
+    );
+    match verdict.kind {
+        VerdictKind::Healthy => {
+            *verdict = Verdict {
+                kind: VerdictKind::Waiting,
+                summary: said,
+            }
+        }
+        VerdictKind::Busy => {
+            verdict.summary = format!("{said} {}", verdict.summary);
+            verdict.kind = VerdictKind::Waiting;
+        }
+        _ => verdict.summary = format!("{} Also {said}", verdict.summary),
+    }
+}
+
 pub struct Pipeline {
     pub settings: Settings,
     stacks: StackCache,
@@ -206,6 +264,20 @@ impl Pipeline {
         now_ns: u64,
     ) -> Verdict {
         let s = &self.settings;
+        let bound_ms = s.no_journal_bound_ms();
+        let unseen = unseen_waits(threads, model, bound_ms);
+        // Judged as not blocked by the host-side verdict; said apart below.
+        let judged: Vec<ThreadView> = threads
+            .iter()
+            .map(|t| {
+                let mut t = t.clone();
+                if unseen.iter().any(|u| (u.pid, u.tid) == (t.pid, t.tid)) {
+                    t.blocked = false;
+                }
+                t
+            })
+            .collect();
+        let threads = &judged[..];
         let mut verdict = host_calls::decide(threads, s.blocked_after_ms(), alive, journal);
         kernel::apply_kernels(
             &mut verdict,
@@ -216,6 +288,7 @@ impl Pipeline {
             &s.collectives,
         );
         apply_progress(&mut verdict, threads, heads, model, now_ns);
+        apply_unseen_waits(&mut verdict, &unseen, bound_ms);
         apply_host_stalls(&mut verdict, stalls);
         verdict
     }

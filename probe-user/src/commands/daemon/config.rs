@@ -20,6 +20,7 @@ pub struct Config {
     pub kernel_multiple: f64,
     pub kernel_hard_bound: Duration,
     pub stall_after: Duration,
+    pub no_journal_bound: Duration,
     pub flight_seconds: Duration,
     pub flight_max_events: usize,
     pub json_logs: bool,
@@ -48,6 +49,7 @@ impl Default for Config {
             kernel_multiple: defaults::KERNEL_MULTIPLE,
             kernel_hard_bound: dur(defaults::KERNEL_HARD_BOUND),
             stall_after: dur(defaults::STALL_AFTER),
+            no_journal_bound: dur(defaults::NO_JOURNAL_BOUND),
             flight_seconds: dur(defaults::FLIGHT_SECONDS),
             flight_max_events: defaults::DAEMON_FLIGHT_MAX_EVENTS,
             json_logs: false,
@@ -72,6 +74,7 @@ struct File {
     kernel_multiple: Option<f64>,
     kernel_hard_bound: Option<String>,
     stall_after: Option<String>,
+    no_journal_bound: Option<String>,
     flight_seconds: Option<String>,
     flight_max_events: Option<usize>,
     log_format: Option<String>,
@@ -155,6 +158,7 @@ pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
             d.kernel_hard_bound,
         )?,
         stall_after: dur("stall_after", &f.stall_after, d.stall_after)?,
+        no_journal_bound: dur("no_journal_bound", &f.no_journal_bound, d.no_journal_bound)?,
         flight_seconds: dur("flight_seconds", &f.flight_seconds, d.flight_seconds)?,
         flight_max_events: match f.flight_max_events {
             None => d.flight_max_events,
@@ -189,6 +193,7 @@ impl Config {
             self.kernel_hard_bound,
             self.stall_after,
         )
+        .with_no_journal_bound(self.no_journal_bound)
         .with_collectives(&self.collectives)
     }
 
