@@ -18,6 +18,7 @@ use probe_common::journal::{
     RingRecord, ThreadSlot, drops, name_hash,
 };
 
+pub mod cpu;
 mod graphs;
 mod marks;
 

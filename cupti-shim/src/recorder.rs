@@ -36,6 +36,8 @@ pub struct Recorder {
     /// Marks could not work here (no pinned memory, no stream-ordered write): the backend is
     /// to switch per-kernel completion records on (its flush thread polls this).
     fallback_wanted: AtomicBool,
+    /// The flush thread's CPU clock readings of the recording threads (`journal::cpu`).
+    cpu: std::sync::Mutex<crate::journal::cpu::CpuSamples>,
     // Keeps the mapping alive for `writer`; dropped never (the process owns it until exit).
     _file: JournalFile,
 }
@@ -89,6 +91,7 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
         next_correlation: AtomicU64::new(1),
         correlation_map: (0..CORRELATION_MAP).map(|_| AtomicU64::new(0)).collect(),
         fallback_wanted: AtomicBool::new(false),
+        cpu: std::sync::Mutex::new(Default::default()),
         _file: file,
     });
     // The recorder is never dropped (callbacks may run until the very end): the journal is
@@ -498,6 +501,10 @@ impl Recorder {
         let now = monotonic_ns();
         self.writer.publish_marks(now);
         self.writer.heartbeat(now);
+        // Backends call this from one flush thread; a second caller skips rather than waits.
+        if let Ok(mut samples) = self.cpu.try_lock() {
+            self.writer.sample_cpu(&mut samples, now);
+        }
         if self.writer.record_mode() == RECORD_MARKS
             && let Some(m) = marks::get()
         {

@@ -81,6 +81,9 @@ pub const STATE_ATTACHING: u32 = 4;
 /// launch on each stream after it is preceded by a mark that stands for them (a launch record
 /// named `PRE_ATTACH_NAME`), so a kernel stuck from before is never taken for a later one.
 pub const JOURNAL_ATTACHED_LATE: u32 = 1;
+/// `Header::flags` bit: the shim samples its threads' CPU clocks (`ThreadSlot::busy_since_ns`),
+/// so a spin that began before attach is dated by what the thread did, not by its life.
+pub const JOURNAL_CPU_SAMPLED: u32 = 2;
 /// The name of the record standing for a stream's work queued before the shim was attached.
 pub const PRE_ATTACH_NAME: &[u8] = b"(work queued before wedgeprobe attached)";
 
@@ -179,7 +182,11 @@ pub struct ThreadSlot {
     /// CLOCK_MONOTONIC ns the call began (atomic; 0 = not in a call; written last).
     pub since_ns: u64,
     pub correlation: u64,
-    pub _pad: u64,
+    /// CLOCK_MONOTONIC ns since which the thread has been on a core ≥ 80% of the time, as the
+    /// shim's flush thread reads its CPU clock once a second (0 = not busy at the last
+    /// reading). Written by the flush thread, not the owner (atomic); meaningful only under
+    /// `JOURNAL_CPU_SAMPLED` (a reserved word, zero, in older journals).
+    pub busy_since_ns: u64,
 }
 
 #[repr(C)]

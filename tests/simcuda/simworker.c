@@ -13,6 +13,8 @@
  *                                                launches
  *   simworker spin [run_s]                       one kernel (and its synchronize), then spins on the
  *                                                host in wait_for_peers_ready: the boot deadlock
+ *                                                (SIMWORKER_HEALTHY_BEFORE_S, _IDLE_BEFORE_S: after
+ *                                                a healthy history; see the mode)
  *   simworker idle-after [run_s]                 healthy for run_s, then three launches back to
  *                                                back and 10 s idle (no synchronize)
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
@@ -347,8 +349,23 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) launch(decode);
         sleep(10);
     } else if (!strcmp(mode, "spin")) {
+        /* SIMWORKER_HEALTHY_BEFORE_S=H: light serving first (a launch and its synchronize
+         * every 20 ms, for H s); SIMWORKER_IDLE_BEFORE_S=I: then I s idle; SIMWORKER_SPIN_MARK
+         * =FILE: created when the spin begins. */
+        double healthy = getenv("SIMWORKER_HEALTHY_BEFORE_S") ? atof(getenv("SIMWORKER_HEALTHY_BEFORE_S")) : 0;
+        double idle = getenv("SIMWORKER_IDLE_BEFORE_S") ? atof(getenv("SIMWORKER_IDLE_BEFORE_S")) : 0;
         launch(decode);
         cuStreamSynchronize(stream);
+        while (now_s() - start < healthy) {
+            launch(decode);
+            cuStreamSynchronize(stream);
+            usleep(20000);
+        }
+        if (idle > 0) usleep((useconds_t)(idle * 1e6));
+        if (getenv("SIMWORKER_SPIN_MARK")) {
+            FILE *f = fopen(getenv("SIMWORKER_SPIN_MARK"), "w");
+            if (f) fclose(f);
+        }
         wait_for_peers_ready(start + run_s);
     } else if (!strcmp(mode, "exit-soon")) {
         usleep(50000);

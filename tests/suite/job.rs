@@ -206,6 +206,61 @@ fn without_a_journal_a_host_stall_from_before_attach_says_what_is_not_known() {
     );
 }
 
+/// A spin after a healthy history, with the shim, whose thread's CPU clock it reads every
+/// second: the spin is dated by that, not by the GPU's silence — 1.5 s into a spin that
+/// follows 4 s of idling (silence 5.5 s, past `--stall-after 3s`) is no stall (the H200 soak:
+/// "host_stall … no GPU work for 11 s … 100% CPU for 1 s" 1 s into tokenizing after an idle
+/// gap); 4 s into it, it is, with the spin's own duration.
+#[test]
+fn a_spin_is_dated_by_the_shims_cpu_clock_not_by_the_gpus_silence() {
+    require_root!();
+    let shim = shim_path();
+    let mark = std::env::temp_dir().join(format!("wp-spin-mark-{}", std::process::id()));
+    let _ = std::fs::remove_file(&mark);
+    let mark_s = mark.to_string_lossy().to_string();
+    let w = Worker::spawn(
+        &["spin", "40"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMWORKER_HEALTHY_BEFORE_S", "2"),
+            ("SIMWORKER_IDLE_BEFORE_S", "4"),
+            ("SIMWORKER_SPIN_MARK", &mark_s),
+        ],
+    );
+    let t0 = std::time::Instant::now();
+    while !mark.exists() {
+        assert!(t0.elapsed() < secs(30.0), "the worker never began to spin");
+        sleep(secs(0.05));
+    }
+    let began = std::time::Instant::now();
+    sleep(secs(0.3));
+    let pid = w.pid_arg();
+    let early = report_json(&["--pid", &pid, "--stall-after", "3s"]);
+    let early_at = began.elapsed().as_secs_f64();
+    assert!(
+        early["verdict"]["kind"] != "host_stall" || early_at >= 3.0,
+        "{:.1} s into the spin: {}",
+        early_at,
+        early["verdict"]
+    );
+    let wait = 4.5 - began.elapsed().as_secs_f64();
+    if wait > 0.0 {
+        sleep(secs(wait));
+    }
+    let late = report_json(&["--pid", &pid, "--stall-after", "3s"]);
+    let _ = std::fs::remove_file(&mark);
+    assert_eq!(late["verdict"]["kind"], "host_stall", "{}", late["verdict"]);
+    let t = &late["host_stalls"][0]["threads"][0];
+    let busy = t["busy_ms"].as_f64().unwrap();
+    let spun = began.elapsed().as_secs_f64() * 1e3;
+    // Dated by the shim's readings (to within its 1 s period), not by the window watched.
+    assert!(
+        busy >= 3000.0 && busy <= spun + 1500.0,
+        "busy {busy} ms, spun {spun} ms: {t}"
+    );
+    assert_spins_in_wait_for_peers(t);
+}
+
 /// `watch` meets the same stall with its first verdict.
 #[test]
 fn watch_finds_a_host_stall_from_before_attach_in_its_first_window() {
@@ -385,8 +440,10 @@ fn a_process_busy_building_its_model_is_not_a_host_stall() {
 
 /// The H200 pair reported healthy 22 s in: a rank that idled (CUDA initialisation) before
 /// spinning averages under 80% of a core over its life, so it was "busy for 1 s" at attach.
-/// With the shim's journal the GPU's silence is dated exactly and is the stall's duration: a
-/// thread spinning all the time watched is enough.
+/// With the shim's journal the GPU's silence is dated exactly; this thread called only
+/// `cuInit`, so the shim does not read its CPU clock (no journal slot), and for such a thread
+/// spinning all the time watched is enough (one the shim reads is dated by it:
+/// `a_spin_is_dated_by_the_shims_cpu_clock_not_by_the_gpus_silence`).
 #[test]
 fn a_spinner_that_idled_first_is_a_host_stall_when_the_journal_dates_the_silence() {
     require_root!();

@@ -395,6 +395,12 @@ impl Collector {
                 c.tid = tids.host(c.tid, now_ns);
             }
             self.model.set_journal_calls(pid, &calls, now_ns);
+            if !stopped && let Some(mut busy) = view.threads_busy(now_ns) {
+                for (tid, _) in &mut busy {
+                    *tid = tids.host(*tid, now_ns);
+                }
+                self.model.set_shim_busy(pid, &busy);
+            }
             let heartbeat = view.heartbeat_ns();
             self.model.journals.insert(
                 pid,

@@ -328,7 +328,11 @@ impl JournalView {
                 continue;
             }
             let b: ThreadSlot = self.read(off);
-            if a == b {
+            // `busy_since_ns` is the flush thread's word, not the owner's: it may change
+            // between the copies without making the call's fields inconsistent.
+            let same = (a.tid, a.api, a.since_ns, a.correlation)
+                == (b.tid, b.api, b.since_ns, b.correlation);
+            if same {
                 out.push(ThreadInCall {
                     tid: a.tid,
                     api: a.api,
@@ -338,6 +342,30 @@ impl JournalView {
             }
         }
         out
+    }
+
+    /// Since when each thread of a slot has kept a core busy, by the shim's readings of its
+    /// CPU clock (0: not busy at the last reading); `None` when this shim does not read them
+    /// (`JOURNAL_CPU_SAMPLED`). Values later than `now_ns` are not believed (read as 0).
+    pub fn threads_busy(&self, now_ns: u64) -> Option<Vec<(u32, u64)>> {
+        if self.header_now().flags & probe_common::journal::JOURNAL_CPU_SAMPLED == 0 {
+            return None;
+        }
+        let mut out = Vec::new();
+        for i in 0..self.layout.threads_cap {
+            let off = self.layout.threads_off() + i as u64 * size_of::<ThreadSlot>() as u64;
+            let a: ThreadSlot = self.read(off);
+            if a.tid == 0 {
+                continue;
+            }
+            let since = if a.busy_since_ns <= now_ns {
+                a.busy_since_ns
+            } else {
+                0
+            };
+            out.push((a.tid, since));
+        }
+        Some(out)
     }
 
     /// Launches not yet completed (consistent slots only).

@@ -139,8 +139,15 @@ pub struct ThreadState {
     pub busy_from_start_ns: Option<u64>,
     /// The `CpuTime::wanted_ns` at `busy_since_ns` (0 when dated from the thread's start).
     pub busy_wanted_at_start: u64,
+    /// What `busy_wanted_at_start` is when `busy_from_start_ns` dates the spin.
+    pub busy_from_start_wanted: u64,
     /// (the reading, when) of the last CPU reading.
     pub cpu_last: Option<(CpuTime, u64)>,
+    /// The shim's own readings of this thread's CPU clock (`ThreadSlot::busy_since_ns`):
+    /// `Some(since)` busy since then, `Some(0)` not busy at its last reading, `None` not read
+    /// by a shim (no journal, an older shim, a thread that never called CUDA). Where known it
+    /// dates a spin that began before attach, instead of the thread's life.
+    pub shim_busy_since: Option<u64>,
     /// The latest stack sample: (when, ip, words of the stack that point into code).
     pub last_sample: Option<(u64, u64, Vec<u64>)>,
 }
@@ -169,13 +176,21 @@ impl ThreadState {
             let wanted_pct = cpu.wanted_ns().saturating_sub(prev.wanted_ns()) as f64 / span * 100.0;
             if self.busy_since_ns == 0 && wanted_pct >= 80.0 {
                 (self.busy_since_ns, self.busy_wanted_at_start) = match self.busy_from_start_ns {
-                    Some(start) => (start, 0),
+                    Some(start) => (start, self.busy_from_start_wanted),
                     None => (at, prev.wanted_ns()),
                 };
             }
+        } else if let Some(since) = self.shim_busy_since {
+            // The shim read this thread's clock every second: it says since when the thread
+            // has been busy (a life's average says nothing of that in a server). What it had
+            // used by then is taken as 100% of a core since, for the running average.
+            self.busy_from_start_ns = (since != 0).then_some(since);
+            self.busy_from_start_wanted =
+                cpu.wanted_ns().saturating_sub(now_ns.saturating_sub(since));
         } else if let Some(alive) = alive_ns.filter(|&a| a > 0) {
             let life_pct = cpu.wanted_ns() as f64 / alive as f64 * 100.0;
             self.busy_from_start_ns = (life_pct >= 80.0).then(|| now_ns.saturating_sub(alive));
+            self.busy_from_start_wanted = 0;
         }
         self.cpu_last = Some((cpu, now_ns));
     }
@@ -914,6 +929,31 @@ impl Model {
         }
     }
 
+    /// The shim's dating of its threads' spins (`ThreadState::shim_busy_since`). A thread
+    /// whose first CPU reading came before the shim's dating was known was dated by its life:
+    /// it is read afresh, a second later, from the shim's.
+    pub fn set_shim_busy(&mut self, pid: u32, busy: &[(u32, u64)]) {
+        for &(tid, since) in busy {
+            let Some(t) = self
+                .procs
+                .get_mut(&pid)
+                .and_then(|p| p.threads.get_mut(&tid))
+            else {
+                // Threads not seen otherwise yet: their first CPU reading will find this.
+                if let Some(t) = self.thread(pid, tid) {
+                    t.shim_busy_since = Some(since);
+                }
+                continue;
+            };
+            if t.shim_busy_since.is_none() && t.cpu_last.is_some() {
+                t.cpu_last = None;
+                t.busy_since_ns = 0;
+                t.busy_from_start_ns = None;
+            }
+            t.shim_busy_since = Some(since);
+        }
+    }
+
     /// GPU work moves again: per-thread CPU is not read meanwhile, and a later reading starts
     /// afresh (no thread is busy "since" before the pause).
     pub fn clear_cpu(&mut self, pid: u32) {
@@ -1061,6 +1101,40 @@ mod tests {
         let mut v = ThreadState::default();
         v.cpu_reading(on(s), Some(30 * s), 100 * s);
         v.cpu_reading(on(2 * s), None, 101 * s);
+        assert_eq!(v.busy_since_ns, 100 * s);
+    }
+
+    /// Where the shim read a thread's CPU clock, its dating wins over the thread's life: a
+    /// serving thread busy for most of its 300 s life, 2 s into a spin by the shim's readings,
+    /// is busy since then (the life said 290 s); one the shim found not busy is busy from the
+    /// first busy reading only; and a spin the shim dated stops as any other.
+    #[test]
+    fn the_shims_dating_of_a_spin_wins_over_the_threads_life() {
+        let s = 1_000 * MS;
+        let on = |ns: u64| CpuTime {
+            on_cpu_ns: ns,
+            waiting_ns: 0,
+        };
+        let mut t = ThreadState {
+            shim_busy_since: Some(398 * s),
+            ..Default::default()
+        };
+        t.cpu_reading(on(290 * s), Some(300 * s), 400 * s);
+        t.cpu_reading(on(291 * s), None, 401 * s);
+        assert_eq!(t.busy_since_ns, 398 * s);
+        t.cpu_reading(on(291 * s + s / 10), None, 402 * s); // 10%: 78% since 398 s
+        assert_eq!(t.busy_since_ns, 0, "stopped");
+        let mut u = ThreadState {
+            shim_busy_since: Some(0),
+            ..Default::default()
+        };
+        u.cpu_reading(on(290 * s), Some(300 * s), 400 * s);
+        u.cpu_reading(on(291 * s), None, 401 * s);
+        assert_eq!(u.busy_since_ns, 400 * s);
+        // Without the shim's readings, the life dates it (the boot deadlock's case).
+        let mut v = ThreadState::default();
+        v.cpu_reading(on(290 * s), Some(300 * s), 400 * s);
+        v.cpu_reading(on(291 * s), None, 401 * s);
         assert_eq!(v.busy_since_ns, 100 * s);
     }
 

@@ -23,10 +23,13 @@
 //!
 //! A stall that began before attach — someone runs `report` at 3 a.m. on a boot deadlock — is
 //! found in the first window: the shim journal dates the last GPU work (possibly long before
-//! attach), and a thread's CPU time over its whole life, read at the first reading, dates its
-//! spin. Without a journal nothing is known of the GPU before attach: a process whose threads
-//! have spun since before attach with no driver call returning in view is reported, saying
-//! that (`gpu_evidence`: `attach`).
+//! attach), and the shim's once-a-second readings of each CUDA thread's CPU clock date its
+//! spin (`journal::cpu` in the shim). Without them, a thread's CPU time over its whole life,
+//! read at the first reading, dates a spin — right for a process that did little else (a boot
+//! deadlock), wrong for a server's busy thread (its life is hours of work). Without a journal
+//! nothing is known of the GPU before attach: a process whose threads have spun since before
+//! attach with no driver call returning in view is reported, saying that (`gpu_evidence`:
+//! `attach`).
 
 use std::collections::HashMap;
 
@@ -165,26 +168,36 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
             };
             (since != 0).then(|| now_ns.saturating_sub(since))
         };
-        // With a journal the GPU's silence is dated exactly (possibly long before attach), and
-        // it is the stall's duration: a thread on a core all the time watched is enough, even
-        // if its whole life averaged under 80% (the H200: a rank that spent seconds in CUDA
-        // initialisation before spinning was "busy for 1 s", under `stall_after`, and the
-        // pair was reported healthy 22 s in).
+        // With a journal the GPU's silence is dated exactly (possibly long before attach).
+        // Where the shim also read the thread's CPU clock, the spin is dated by it and must
+        // itself last `stall_after` (`busy_for`): the silence is not the spin's duration (the
+        // H200 soak: an idle gap then 1 s of tokenizing was "host_stall … no GPU work for
+        // 11 s"), and a life's average does not date it either (a rank that spent seconds in
+        // CUDA initialisation before spinning was "busy for 1 s" and reported healthy 22 s
+        // in). A thread the shim did not read (it never called CUDA, an older shim) is
+        // judged by the silence: on a core all the time watched is enough.
         let quiet_known =
             p.progress_known_before_attach && now_ns.saturating_sub(p.last_progress_ns) >= after;
-        // Reported: confirmed busy by a second CPU reading, for `stall_after` or (journal) all
-        // the time watched.
+        // Reported: confirmed busy by a second CPU reading, for `stall_after` (dated by the
+        // shim, the thread's life, or the watch) or, judged by the silence, all the time
+        // watched.
+        let by_silence = |t: &crate::model::ThreadState| quiet_known && t.shim_busy_since.is_none();
         let reportable = |t: &crate::model::ThreadState| {
-            t.busy_since_ns != 0 && (quiet_known || busy_for(t).is_some_and(|d| d >= after))
+            t.busy_since_ns != 0 && (by_silence(t) || busy_for(t).is_some_and(|d| d >= after))
         };
         // Stacks compared: those, and — until the second reading can have come — every thread
         // on a core since attach, so a spinner's count is already running when it comes. Not
         // later: a quiet process idling between requests would have its Python stacks read
         // every tick for threads that never turn out busy.
         let first_readings = now_ns.saturating_sub(p.attached_ns) < UNCONFIRMED_NS;
+        // The shim dates a spin past the bound: compared from the first reading too.
+        let shim_long = |t: &crate::model::ThreadState| {
+            t.shim_busy_since
+                .is_some_and(|x| x != 0 && now_ns.saturating_sub(x) >= after)
+        };
         let tracked = |t: &crate::model::ThreadState| {
             busy_for(t).is_some_and(|d| d >= after)
-                || (quiet_known
+                || ((by_silence(t) || shim_long(t))
                     && (t.busy_since_ns != 0 || first_readings)
                     && t.last_sample
                         .as_ref()
