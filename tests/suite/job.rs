@@ -261,6 +261,32 @@ fn a_spin_is_dated_by_the_shims_cpu_clock_not_by_the_gpus_silence() {
     assert_spins_in_wait_for_peers(t);
 }
 
+/// A thread inside a driver call waits for the driver or the GPU: never a host spinner. On
+/// the H200 soak without the shim, a synchronize behind a 3 s kernel — found inside
+/// `cuCtxSynchronize_v2` by stack scan, its thread busy most of its life — was reported
+/// "host_stall … 100% CPU for 164 s". Here both threads spin inside synchronizes most of
+/// their lives, no call returns in view, and `--stall-after 1s` is passed.
+#[test]
+fn a_thread_inside_a_driver_call_is_not_a_host_spinner() {
+    require_root!();
+    let w = Worker::spawn(
+        &["wedge", "0.3", "300"],
+        &[
+            ("SIMWORKER_SYNC_API", "ctx"),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+        ],
+    );
+    sleep(secs(2.5));
+    let r = report_json(&["--pid", &w.pid_arg(), "--stall-after", "1s"]);
+    assert_eq!(r["verdict"]["kind"], "waiting", "{}", r["verdict"]);
+    assert_eq!(
+        r["host_stalls"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        r["host_stalls"]
+    );
+}
+
 /// `watch` meets the same stall with its first verdict.
 #[test]
 fn watch_finds_a_host_stall_from_before_attach_in_its_first_window() {

@@ -142,7 +142,18 @@ impl StackCache {
 }
 
 /// Processes in a host stall now: GPU work still for `after_ns`, and threads busy that long.
-pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) -> Vec<HostStall> {
+/// `in_calls`: the threads inside a driver call now (`Model::threads_in_calls`): they wait
+/// for the driver or the GPU, which the driver-call verdicts judge, and are never spinners
+/// here (the H200 soak: a synchronize behind a 3 s kernel, found inside
+/// `cuCtxSynchronize_v2` by stack scan, was "host_stall … 100% CPU for 164 s" without the
+/// shim).
+pub fn find(
+    model: &Model,
+    now_ns: u64,
+    after_ns: u64,
+    in_calls: &std::collections::HashSet<(u32, u32)>,
+    stacks: &mut StackCache,
+) -> Vec<HostStall> {
     let after = after_ns;
     let mut out = Vec::new();
     let mut touched = std::collections::HashSet::new();
@@ -206,7 +217,7 @@ pub fn find(model: &Model, now_ns: u64, after_ns: u64, stacks: &mut StackCache) 
         let mut threads: Vec<SpinningThread> = p
             .threads
             .iter()
-            .filter(|(_, t)| tracked(t))
+            .filter(|(tid, t)| tracked(t) && !in_calls.contains(&(pid, **tid)))
             .map(|(&tid, t)| SpinningThread {
                 tid,
                 name: t.name.clone(),

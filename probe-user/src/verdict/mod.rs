@@ -238,16 +238,20 @@ impl Pipeline {
     }
 
     fn read(&mut self, model: &Model, now_ns: u64) -> Seen {
+        let threads = model.threads_in_calls(now_ns, self.settings.blocked_after_ns());
+        let in_calls: std::collections::HashSet<(u32, u32)> =
+            threads.iter().map(|t| (t.pid, t.tid)).collect();
         Seen {
             now_ns,
-            threads: model.threads_in_calls(now_ns, self.settings.blocked_after_ns()),
             heads: model.kernel_heads(),
             stalls: host_stall::find(
                 model,
                 now_ns,
                 self.settings.stall_after_ns(),
+                &in_calls,
                 &mut self.stacks,
             ),
+            threads,
         }
     }
 
