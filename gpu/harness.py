@@ -99,11 +99,14 @@ class Run:
             if not d.isdigit():
                 continue
             try:
+                with open(f"/proc/{d}/comm", "rb") as f:
+                    comm = f.read().strip()
                 with open(f"/proc/{d}/cmdline", "rb") as f:
                     cmd = f.read().split(b"\0")
             except OSError:
                 continue
-            if len(cmd) > 1 and cmd[0].endswith(b"wedgeprobe") and cmd[1] in (b"report", b"trace"):
+            # The child shows an empty command line ("[wedgeprobe]" in ps); not the daemon.
+            if comm == b"wedgeprobe" and (len(cmd) < 2 or cmd[1] in (b"report", b"trace")):
                 out.append(int(d))
         return out
 
@@ -498,6 +501,7 @@ def healthy(run):
     # is an answer, not an incident.
     run.check("no incident in any report (healthy or busy)",
               kinds and all(k in ("healthy", "busy", "waiting") for k in kinds), kinds)
+    run.notes.append(f"waits for an earlier report's probes to close, s: {run.detach_wait_s}")
     run.check("workload exits 0", run.exit_code(p) == 0)
 
 
