@@ -55,6 +55,7 @@ class Run:
         self.h, self.name = h, name
         self.checks, self.answers, self.report_wall_s, self.notes = [], [], [], []
         self.detach_wait_s = []  # before each report: the wait for an earlier one's probes
+        self.wait_closing = False
         self.procs = []
 
     def log(self, suffix):
@@ -110,15 +111,22 @@ class Run:
                 out.append(int(d))
         return out
 
-    def report(self, pids, *args):
-        """`wedgeprobe report --json` of `pids`; the answer is kept, and its wall time. It
-        waits first (at most 30 s, the wait recorded) for an earlier report's detach child:
-        the kernel closes uprobes with a grace period each (~8 s per target here), and a
-        report attaching meanwhile waits behind it (2.6-8.9 s in the soak of 2026-12-04)."""
+    def wait_for_closing_reports(self):
+        """Waits (at most 30 s) until no earlier report's detach child is closing uprobes."""
         t0 = time.monotonic()
         while self.closing_reports() and time.monotonic() - t0 < 30:
             time.sleep(0.1)
-        self.detach_wait_s.append(round(time.monotonic() - t0, 2))
+        return round(time.monotonic() - t0, 2)
+
+    def report(self, pids, *args):
+        """`wedgeprobe report --json` of `pids`; the answer is kept, and its wall time. It
+        waits first where `wait_closing` is set (reports in a row: at most 30 s, the wait
+        recorded; a scenario with a reproducer that ends on its own must not) for an earlier
+        report's detach child:
+        the kernel closes uprobes with a grace period each (~8 s per target here), and a
+        report attaching meanwhile waits behind it (2.6-8.9 s in the soak of 2026-12-04)."""
+        if self.wait_closing:
+            self.detach_wait_s.append(self.wait_for_closing_reports())
         a = []
         for p in pids:
             a += ["--pid", str(p)]
@@ -488,6 +496,7 @@ def healthy(run):
     if not run.check("healthy_long.cu builds", exe):
         return
     secs = 14 if run.h.quick else 40
+    run.wait_closing = True
     p = run.start([exe, str(secs)], shim=True)
     kinds = []
     t0 = time.monotonic()
@@ -509,6 +518,7 @@ def healthy(run):
 def healthy_serving_soak(run):
     """Two never-wedged PyTorch servers (shim, no shim), daemon on, `report` every ~15 s: no incident."""
     secs = 330
+    run.wait_closing = True
     cfg = run.log("daemon.toml")
     with open(cfg, "w") as f:
         f.write(f'listen = "127.0.0.1:19478"\nlog_format = "json"\ndump_dir = "{run.h.logs}/soak-dumps"\n')
@@ -901,6 +911,9 @@ def main():
                                         "ok": False, "got": None}], "notes": [], "answers": []})
             continue
         run = Run(h, n)
+        # The previous scenario's report may still be closing its probes: a report attaching
+        # meanwhile waits behind it (seconds), and reproducers end on their own.
+        closing = run.wait_for_closing_reports()
         t0 = time.monotonic()
         print(f"=== {n}: {doc}", flush=True)
         try:
@@ -912,7 +925,8 @@ def main():
         ok = bool(run.checks) and all(c["ok"] for c in run.checks)
         res = {"scenario": n, "pass": ok, "seconds": round(time.monotonic() - t0, 1),
                "checks": run.checks, "report_wall_s": run.report_wall_s,
-               "detach_wait_s": run.detach_wait_s, "notes": run.notes,
+               "detach_wait_s": run.detach_wait_s, "closing_wait_before_s": closing,
+               "notes": run.notes,
                "answers": [{"verdict": a_.get("verdict"), "mode": a_.get("mode"),
                             "kernels": (a_.get("kernels") or [])[:1], "error": a_.get("error")}
                            for a_ in run.answers]}
