@@ -17,6 +17,8 @@
  *                                                a healthy history; see the mode)
  *   simworker idle-after [run_s]                 healthy for run_s, then three launches back to
  *                                                back and 10 s idle (no synchronize)
+ *   simworker serve [run_s]                      never wedged: decode, idle, CPU work, long
+ *                                                kernels with a synchronize and a queue (the mode)
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
  *   simworker loop [run_s]                       a launch loop (a sync every 64), no long kernel
  *
@@ -65,6 +67,17 @@ static double now_s(void) {
 static __attribute__((noinline)) void warm_stack(void) {
     volatile char below[16384];
     for (int i = 0; i < (int)sizeof below; i += 64) below[i] = 0;
+}
+
+/* A server's CPU work between requests (tokenizing, building a batch): seconds at 100% of a
+ * core inside one function, so its stack reads the same — healthy work a host-stall verdict
+ * must not take for a spin when it follows an idle gap. */
+static volatile unsigned long tokens;
+__attribute__((noinline)) static void tokenize_batch(double secs) {
+    double until = now_s() + secs;
+    while (now_s() < until) {
+        for (int i = 0; i < 100000; i++) tokens += (unsigned long)i * 2654435761u;
+    }
 }
 
 /* A rank busy-polling its peers on the host, no kernel launched ("waiting for ranks: 0/1821
@@ -339,6 +352,29 @@ int main(int argc, char **argv) {
         double cpu = b.tv_sec + b.tv_nsec / 1e9;
         printf("launches %ld wall_ns_per_launch %.1f thread_cpu_ns_per_launch %.1f\n", launches,
                wall * 1e9 / launches, cpu * 1e9 / launches);
+    } else if (!strcmp(mode, "serve")) {
+        /* Never wedged, in turns until run_s: decode (1.5 s), idle (SIMWORKER_IDLE_S, default
+         * 11 s: past the default stall_after), 3 s of CPU work in one function, a long kernel
+         * (SIMCUDA_LONG_KERNEL_MS, 3 s) then a synchronize, a long kernel with 1500 launches
+         * queued behind it (the launcher blocks in the full queue) then a synchronize. */
+        double idle = getenv("SIMWORKER_IDLE_S") ? atof(getenv("SIMWORKER_IDLE_S")) : 11;
+        while (now_s() - start < run_s) {
+            double t = now_s();
+            long n = 0;
+            while (now_s() - t < 1.5) {
+                launch(decode);
+                if (++n % 64 == 0) cuStreamSynchronize(stream);
+                usleep(50);
+            }
+            cuStreamSynchronize(stream);
+            usleep((useconds_t)(idle * 1e6));
+            tokenize_batch(3.0);
+            launch(long_kernel);
+            cuStreamSynchronize(stream);
+            launch(long_kernel);
+            for (int i = 0; i < 1500; i++) launch(decode);
+            cuStreamSynchronize(stream);
+        }
     } else if (!strcmp(mode, "idle-after")) {
         long n = 0;
         while (now_s() - start < run_s) {

@@ -463,6 +463,48 @@ fn without_a_journal_healthy_waits_are_not_incidents_and_a_wedge_is_one() {
     assert!(bad.is_empty(), "incidents on a draining queue: {bad:?}");
 }
 
+/// The H200 soak's shapes on the simulated driver, two never-wedged servers side by side (one
+/// with the shim, one without), the daemon on with default settings: decode, an idle gap past
+/// `stall_after`, 3 s of CPU work in one function after it, a 3 s kernel then a synchronize,
+/// a 3 s kernel with 1,500 launches queued behind it. No incident, no dump. Before: the waits
+/// of the process without the shim were `blocked_in_sync` / `launch_queue_full` at 1 s, and
+/// the CPU work after the idle gap of the one with it a `host_stall` (the journal's silence
+/// taken as the spin's duration).
+#[test]
+fn a_healthy_soak_of_two_servers_has_no_incident() {
+    require_root!();
+    let d = Daemon::start("soak", "");
+    let shim = shim_path();
+    let with = Worker::spawn(&["serve", "24"], &[("CUDA_INJECTION64_PATH", &shim)]);
+    let bare = Worker::spawn(&["serve", "24"], &[]);
+    let pids = [with.pid(), bare.pid()];
+    for pid in pids {
+        d.wait_for(secs(15.0), |e| e["event"] == "attached" && e["pid"] == pid);
+    }
+    // Both through a whole turn (1.5 + 11 + 3 + 3 + 3 s), and the daemon's last ticks.
+    sleep(secs(24.0));
+    let events = d.events.lock().unwrap().clone();
+    let bad: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            pids.iter().any(|&p| e["pid"] == p)
+                && (e["event"] == "dump"
+                    || (e["event"] == "verdict"
+                        && !matches!(e["kind"].as_str(), Some("healthy" | "busy" | "waiting"))))
+        })
+        .collect();
+    assert!(bad.is_empty(), "incidents on healthy serving: {bad:?}");
+    // The turn's waits were seen (not a soak that never reached them).
+    for pid in pids {
+        assert!(
+            events.iter().any(|e| e["event"] == "verdict"
+                && e["pid"] == pid
+                && matches!(e["kind"].as_str(), Some("busy" | "waiting"))),
+            "pid {pid}: no wait seen: {events:?}"
+        );
+    }
+}
+
 #[test]
 fn sighup_reloads_the_config_and_a_bad_one_is_rejected_by_key() {
     require_root!();
