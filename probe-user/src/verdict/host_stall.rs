@@ -109,8 +109,9 @@ pub const SPIN_CONFIRM_NS: u64 = 800_000_000;
 pub struct StackCache {
     native: HashMap<(u32, u32, u64), Vec<String>>,
     python: HashMap<(u32, u64), Option<PythonStacks>>,
-    /// Per busy thread: its stack's signature and since when it has read the same.
-    same_since: HashMap<(u32, u32), (Signature, u64)>,
+    /// Per busy thread: its stack's signature, the first sample that showed it, the latest
+    /// sample compared (`compare_sample`).
+    same_since: HashMap<(u32, u32), (Signature, u64, u64)>,
 }
 
 impl StackCache {
@@ -258,12 +259,17 @@ pub fn find(
                 }
             }
             for t in &mut threads {
+                let sample_at = p
+                    .threads
+                    .get(&t.tid)
+                    .and_then(|s| s.last_sample.as_ref().map(|(at, ..)| *at))
+                    .unwrap_or(0);
                 let sig = signature(t);
                 let old = stacks.same_since.remove(&(pid, t.tid));
-                let (keep, since) = same_since(old, sig, now_ns);
-                stacks.same_since.insert((pid, t.tid), (keep, since));
+                let compared = compare_sample(old, sig, sample_at);
+                t.same_stack_ms = compared.2.saturating_sub(compared.1) as f64 / 1e6;
+                stacks.same_since.insert((pid, t.tid), compared);
                 touched.insert((pid, t.tid));
-                t.same_stack_ms = now_ns.saturating_sub(since) as f64 / 1e6;
             }
             // Reported once a second reading confirms the thread busy, and its stack stayed.
             threads.retain(|t| {
@@ -331,6 +337,26 @@ fn signature(t: &SpinningThread) -> Option<Signature> {
 /// Only two stacks of the same kind that differ are a change. No stack this time, a Python
 /// read that failed (the frames move while they are read), or the first Python read after
 /// native ones: no evidence of a change (the first Python stack becomes the reference).
+/// One comparison of a thread's stack: (signature, the first sample's time with it, the
+/// latest sample's time). Only a sample not compared before moves it — a stack read from the
+/// same sample again proves nothing, and "the same stack for N s" is the span of the samples
+/// that showed it, not the time since the first one (every tick once re-compared the latest
+/// sample, so a thread whose samples stopped coming read "the same" for as long as it was
+/// busy: the H200 soak's "97% CPU for 309 s, the same stack for 289 s" may be that).
+fn compare_sample(
+    old: Option<(Signature, u64, u64)>,
+    new: Option<Signature>,
+    sample_at: u64,
+) -> (Signature, u64, u64) {
+    match old {
+        Some(o) if sample_at <= o.2 => o,
+        old => {
+            let (sig, since) = same_since(old.map(|(s, since, _)| (s, since)), new, sample_at);
+            (sig, since, sample_at)
+        }
+    }
+}
+
 fn same_since(
     old: Option<(Signature, u64)>,
     new: Option<Signature>,
@@ -583,5 +609,32 @@ mod tests {
             None,
         );
         assert_ne!(signature(&a), signature(&c));
+    }
+
+    /// The same sample compared again (every tick re-reads the latest one) does not make the
+    /// stack "the same" for longer: only new samples do, and the span is theirs.
+    #[test]
+    fn a_stack_stays_the_same_only_across_new_samples() {
+        let spin = || {
+            signature(&thread(
+                &["a (libc)", "0x1", "spin+0x1 (w)", "main (w)"],
+                None,
+            ))
+        };
+        let first = compare_sample(None, spin(), 1_000);
+        assert_eq!((first.1, first.2), (1_000, 1_000));
+        // Ticks later, no new sample: nothing moves.
+        let again = compare_sample(Some(first.clone()), spin(), 1_000);
+        assert_eq!((again.1, again.2), (1_000, 1_000));
+        // A new sample with the same stack: the span is the samples'.
+        let later = compare_sample(Some(again), spin(), 901_000);
+        assert_eq!(later.2 - later.1, 900_000);
+        // A different stack starts over at its sample.
+        let other = signature(&thread(
+            &["b (libc)", "0x2", "load+0x1 (w)", "main (w)"],
+            None,
+        ));
+        let moved = compare_sample(Some(later), other, 950_000);
+        assert_eq!((moved.1, moved.2), (950_000, 950_000));
     }
 }
