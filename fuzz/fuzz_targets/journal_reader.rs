@@ -84,6 +84,8 @@ fn marks_image() -> OwnedJournal {
 fn read_all(image: &OwnedJournal) {
     if let Ok(view) = image.view() {
         let _ = view.threads_in_calls();
+        let _ = view.threads_busy(u64::MAX);
+        let _ = view.threads_busy(0);
         let _ = view.drops();
         for slot in view.inflight() {
             let _ = view.name(slot.name_id);

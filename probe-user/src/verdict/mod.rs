@@ -98,23 +98,13 @@ fn apply_progress(
     now_ns: u64,
 ) {
     use crate::model::kernels::KernelState;
-    use probe_common::api::{ApiClass, class};
     if !matches!(
         verdict.kind,
         VerdictKind::LaunchQueueFull | VerdictKind::BlockedInSync | VerdictKind::BlockedInCopy
     ) {
         return;
     }
-    let waiting: Vec<&ThreadView> = threads
-        .iter()
-        .filter(|t| {
-            t.blocked
-                && matches!(
-                    class(t.api_id),
-                    Some(ApiClass::Launch | ApiClass::Sync | ApiClass::Copy)
-                )
-        })
-        .collect();
+    let waiting: Vec<&ThreadView> = threads.iter().filter(|t| waits_on_gpu(t)).collect();
     let mut pids: Vec<u32> = waiting.iter().map(|t| t.pid).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -157,20 +147,22 @@ fn apply_progress(
 /// 2.5 s kernel — the H200 soak, where a 1 s bound made 8–9 incidents in 330 s). They are
 /// judged apart: `waiting`, not an incident, until the bound.
 fn unseen_waits(threads: &[ThreadView], model: &Model, bound_ms: f64) -> Vec<ThreadView> {
-    use probe_common::api::{ApiClass, class};
     threads
         .iter()
-        .filter(|t| {
-            t.blocked
-                && t.in_call_ms < bound_ms
-                && !model.kernels_known(t.pid)
-                && matches!(
-                    class(t.api_id),
-                    Some(ApiClass::Launch | ApiClass::Sync | ApiClass::Copy)
-                )
-        })
+        .filter(|t| waits_on_gpu(t) && t.in_call_ms < bound_ms && !model.kernels_known(t.pid))
         .cloned()
         .collect()
+}
+
+/// Blocked in a call that waits for the GPU: a launch (room in the queue), a synchronize, a
+/// blocking copy.
+fn waits_on_gpu(t: &ThreadView) -> bool {
+    use probe_common::api::{ApiClass, class};
+    t.blocked
+        && matches!(
+            class(t.api_id),
+            Some(ApiClass::Launch | ApiClass::Sync | ApiClass::Copy)
+        )
 }
 
 /// The waits `unseen_waits` set apart, said: the verdict when nothing else is wrong, else
