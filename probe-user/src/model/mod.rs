@@ -939,12 +939,8 @@ impl Model {
                 .get_mut(&pid)
                 .and_then(|p| p.threads.get_mut(&tid))
             else {
-                // A busy thread not seen otherwise yet: its first CPU reading will find this.
-                // Not the others: slots are never freed, and an exited thread's (0) would be
-                // made again, with a /proc read, after every prune.
-                if since != 0
-                    && let Some(t) = self.thread(pid, tid)
-                {
+                // Threads not seen otherwise yet: their first CPU reading will find this.
+                if let Some(t) = self.thread(pid, tid) {
                     t.shim_busy_since = Some(since);
                 }
                 continue;
