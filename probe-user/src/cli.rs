@@ -126,10 +126,12 @@ pub struct ReportArgs {
     #[command(flatten)]
     pub targets: Targets,
     /// How long to observe before printing (at most 60s). A thread already inside a call at
-    /// attach is known to be inside for at least this long, so the default equals the
-    /// default --blocked-after.
-    #[arg(long, default_value = defaults::REPORT_WINDOW, value_parser = parse_duration)]
-    pub window: Duration,
+    /// attach is known to be inside for at least this long, so the default (1s) equals the
+    /// default --blocked-after. Without it, the window grows while a thread busy on the host
+    /// since attach cannot be dated (no shim journal), up to --stall-after: watching is what
+    /// tells a stall from work then. Given, it is the window.
+    #[arg(long, value_parser = parse_duration)]
+    pub window: Option<Duration>,
     /// Print JSON (schema in the README) instead of text.
     #[arg(long)]
     pub json: bool,

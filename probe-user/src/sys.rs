@@ -9,12 +9,7 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
-/// CLOCK_BOOTTIME in ns: the clock /proc's thread start times count from.
-pub fn boottime_ns() -> u64 {
-    clock_ns(libc::CLOCK_BOOTTIME)
-}
-
-/// Clock ticks per second (`_SC_CLK_TCK`), the unit of /proc's CPU times and start times.
+/// Clock ticks per second (`_SC_CLK_TCK`), the unit of /proc's CPU times.
 pub fn clock_ticks_per_s() -> f64 {
     // SAFETY: sysconf has no preconditions.
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64

@@ -19,6 +19,9 @@
  *                                                back and 10 s idle (no synchronize)
  *   simworker serve [run_s]                      never wedged: decode, idle, CPU work, long
  *                                                kernels with a synchronize and a queue (the mode)
+ *   simworker tokenize [run_s]                   a core at 100% launching decode, then CPU work in
+ *                                                one function with no driver call, then decode
+ *                                                again: a busy server thread tokenizing (the mode)
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
  *   simworker loop [run_s]                       a launch loop (a sync every 64), no long kernel
  *
@@ -403,6 +406,30 @@ int main(int argc, char **argv) {
             if (f) fclose(f);
         }
         wait_for_peers_ready(start + run_s);
+    } else if (!strcmp(mode, "tokenize")) {
+        /* Launch-bound decode (a core at 100%, calls returning) for SIMWORKER_HEALTHY_BEFORE_S
+         * (default 4), then SIMWORKER_CPU_S (default 2.5) of CPU work in one function with no
+         * driver call, then decode again until run_s. SIMWORKER_SPIN_MARK=FILE is created when
+         * the CPU work begins. Its life averages ~100% of a core: what must not date the CPU
+         * work as a spin that began at its start. */
+        double busy = getenv("SIMWORKER_HEALTHY_BEFORE_S") ? atof(getenv("SIMWORKER_HEALTHY_BEFORE_S")) : 4;
+        double cpu = getenv("SIMWORKER_CPU_S") ? atof(getenv("SIMWORKER_CPU_S")) : 2.5;
+        long n = 0;
+        while (now_s() - start < busy) {
+            launch(decode);
+            if (++n % 64 == 0) cuStreamSynchronize(stream);
+        }
+        cuStreamSynchronize(stream);
+        if (getenv("SIMWORKER_SPIN_MARK")) {
+            FILE *f = fopen(getenv("SIMWORKER_SPIN_MARK"), "w");
+            if (f) fclose(f);
+        }
+        tokenize_batch(cpu);
+        while (now_s() - start < run_s) {
+            launch(decode);
+            if (++n % 64 == 0) cuStreamSynchronize(stream);
+        }
+        cuStreamSynchronize(stream);
     } else if (!strcmp(mode, "exit-soon")) {
         usleep(50000);
     } else {

@@ -505,6 +505,32 @@ fn a_healthy_soak_of_two_servers_has_no_incident() {
     }
 }
 
+/// The daemon meeting a busy server thread in its CPU work: started 0.3 s into a 2.5 s
+/// stretch of tokenizing by a thread that was at 100% of a core all its life, with
+/// `stall_after = "3s"`. No incident: nothing dates the CPU work's start but watching, and it
+/// ends before 3 s. On c0c1473 the thread's life dated it: a `host_stall` and a dump.
+#[test]
+fn the_daemon_does_not_date_a_busy_threads_cpu_work_by_its_life() {
+    require_root!();
+    let (w, _began, mark) = super::job::spawn_until_mark(&["tokenize", "12"], &[]);
+    sleep(secs(0.3));
+    let d = Daemon::start("tokenize", "stall_after = \"3s\"\n");
+    let pid = w.pid();
+    d.wait_for(secs(10.0), |e| e["event"] == "attached" && e["pid"] == pid);
+    // Past the CPU work's end, and the daemon's ticks after it.
+    sleep(secs(4.0));
+    let _ = std::fs::remove_file(&mark);
+    let events = d.events.lock().unwrap().clone();
+    let bad: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["pid"] == pid
+                && (e["event"] == "dump" || (e["event"] == "verdict" && e["kind"] == "host_stall"))
+        })
+        .collect();
+    assert!(bad.is_empty(), "a host stall on CPU work: {bad:?}");
+}
+
 #[test]
 fn sighup_reloads_the_config_and_a_bad_one_is_rejected_by_key() {
     require_root!();

@@ -261,6 +261,150 @@ fn a_spin_is_dated_by_the_shims_cpu_clock_not_by_the_gpus_silence() {
     assert_spins_in_wait_for_peers(t);
 }
 
+/// `mode` on the simulated driver with `env`, once it has created its mark file (the spin or
+/// the CPU work began): the worker and when.
+pub(super) fn spawn_until_mark(
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Worker, std::time::Instant, std::path::PathBuf) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let mark = std::env::temp_dir().join(format!(
+        "wp-mark-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_file(&mark);
+    let mark_s = mark.to_string_lossy().to_string();
+    let mut all = env.to_vec();
+    all.push(("SIMWORKER_SPIN_MARK", &mark_s));
+    let w = Worker::spawn(args, &all);
+    let t0 = std::time::Instant::now();
+    while !mark.exists() {
+        assert!(
+            t0.elapsed() < secs(30.0),
+            "the worker never reached its mark"
+        );
+        sleep(secs(0.05));
+    }
+    (w, std::time::Instant::now(), mark)
+}
+
+/// The miss 1 as someone meets it at 3 a.m.: a process that served lightly (a launch
+/// and a synchronize every 20 ms) for 6 s, then spins in a host-side handshake with no driver
+/// call, no shim. `report` with its default window, 0.5 s into the spin, `--stall-after 3s`:
+/// nothing dates the spin's start (its life's CPU averages well under a core), so the window
+/// grows until the thread has been watched busy for 3 s — a `host_stall`, its `busy_ms` a
+/// lower bound from attach. On c0c1473 (1 s window, the life's average): `healthy`.
+#[test]
+fn without_a_journal_a_spin_after_healthy_serving_is_a_host_stall_in_the_default_window() {
+    require_root!();
+    let (w, _began, mark) =
+        spawn_until_mark(&["spin", "30"], &[("SIMWORKER_HEALTHY_BEFORE_S", "6")]);
+    sleep(secs(0.5));
+    let r = report_json(&["--pid", &w.pid_arg(), "--stall-after", "3s"]);
+    let _ = std::fs::remove_file(&mark);
+    assert_eq!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    let s = &r["host_stalls"][0];
+    assert_eq!(s["gpu_evidence"], "attach", "{s}");
+    let t = &s["threads"][0];
+    assert!(t["busy_ms"].as_f64().unwrap() >= 3000.0, "{t}");
+    assert_eq!(t["busy_since_attach"], true, "{t}");
+    assert_spins_in_wait_for_peers(t);
+    assert!(
+        r["observed_ms"].as_f64().unwrap() >= 3000.0,
+        "{}",
+        r["observed_ms"]
+    );
+    assert!(
+        r["verdict"]["summary"].as_str().unwrap().contains("≥ 3 s"),
+        "{}",
+        r["verdict"]["summary"]
+    );
+}
+
+/// With `--window` given the window is the window: the same spin, watched 1 s, is not a
+/// stall yet, and the report lists the thread as undecided instead of calling it healthy
+/// work or a stall.
+#[test]
+fn a_given_window_lists_an_undated_spin_as_undecided() {
+    require_root!();
+    let (w, _began, mark) =
+        spawn_until_mark(&["spin", "30"], &[("SIMWORKER_HEALTHY_BEFORE_S", "4")]);
+    sleep(secs(0.5));
+    let r = report_json(&[
+        "--pid",
+        &w.pid_arg(),
+        "--stall-after",
+        "3s",
+        "--window",
+        "1.5s",
+    ]);
+    let _ = std::fs::remove_file(&mark);
+    assert_ne!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    let u = r["undecided"].as_array().unwrap();
+    assert!(
+        u.iter()
+            .any(|u| u["tid"] == w.pid() && u["busy_ms"].as_f64().is_some()),
+        "{u:?}"
+    );
+}
+
+/// The false alarm 4 without the shim: a server thread at 100% of a core all its life
+/// (launch-bound decode) stops launching for 2.5 s of CPU work in one function (tokenizing),
+/// then launches again. Its life's average is not the CPU work's start: `report` (default
+/// window) and `watch`, attached 0.3 s into the CPU work with `--stall-after 3s`, see no host
+/// stall. On c0c1473 both said `host_stall` ("100% CPU for 4 s") at once.
+#[test]
+fn a_busy_server_thread_tokenizing_is_not_a_host_stall() {
+    require_root!();
+    let (w, _began, mark) = spawn_until_mark(&["tokenize", "12"], &[]);
+    sleep(secs(0.3));
+    let r = report_json(&["--pid", &w.pid_arg(), "--stall-after", "3s"]);
+    let _ = std::fs::remove_file(&mark);
+    drop(w);
+    assert_ne!(
+        r["verdict"]["kind"], "host_stall",
+        "report: {}",
+        r["verdict"]
+    );
+    assert_eq!(
+        r["host_stalls"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        r["host_stalls"]
+    );
+    let (w, _began, mark) = spawn_until_mark(&["tokenize", "12"], &[]);
+    sleep(secs(0.3));
+    let out = wedgeprobe(&[
+        "watch",
+        "--json",
+        "--pid",
+        &w.pid_arg(),
+        "--stall-after",
+        "3s",
+        "--duration",
+        "4s",
+    ]);
+    let _ = std::fs::remove_file(&mark);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let verdicts: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["event"] == "verdict")
+        .collect();
+    assert!(
+        stdout.lines().any(|l| l.contains("\"event\":\"attached\"")),
+        "watch never attached:\n{stdout}"
+    );
+    assert!(
+        verdicts
+            .iter()
+            .all(|v| v["verdict"]["kind"] != "host_stall"),
+        "watch: {verdicts:?}"
+    );
+}
+
 /// A thread inside a driver call waits for the driver or the GPU: never a host spinner. On
 /// the H200 soak without the shim, a synchronize behind a 3 s kernel — found inside
 /// `cuCtxSynchronize_v2` by stack scan, its thread busy most of its life — was reported

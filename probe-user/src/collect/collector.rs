@@ -714,16 +714,9 @@ impl Collector {
                 || now_ns.saturating_sub(p.last_progress_ns) >= PRUNE_EVERY_NS)
                 && self.model.kernels.get(&pid).is_none_or(|k| k.is_empty());
             if quiet {
-                let (boot_now, hz) = (sys::boottime_ns(), sys::clock_ticks_per_s());
                 for &tid in &alive {
                     if let Some(cpu) = thread_cpu(pid, tid) {
-                        // A thread's life says whether it spun before attach, as long as no
-                        // GPU work moved since (then the spin began after it, in view).
-                        let alive_ns = quiet_since_attach.then(|| {
-                            boot_now.saturating_sub((cpu.start_ticks as f64 / hz * 1e9) as u64)
-                        });
-                        self.model
-                            .set_cpu(pid, tid, cpu.time, alive_ns, sys::monotonic_ns());
+                        self.model.set_cpu(pid, tid, cpu, sys::monotonic_ns());
                     }
                 }
             } else {
@@ -808,39 +801,29 @@ fn read_record<T: Copy>(bytes: &[u8]) -> Option<T> {
     Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
-struct ThreadCpu {
-    time: crate::model::CpuTime,
-    /// When the thread started, in clock ticks since boot.
-    start_ticks: u64,
-}
-
-/// A thread's CPU time and start: /proc/PID/task/TID/stat (utime, stime, start: fields 14,
-/// 15 and 22) and, where the kernel has it, schedstat (ns on a core, ns waiting for one).
-fn thread_cpu(pid: u32, tid: u32) -> Option<ThreadCpu> {
+/// A thread's CPU time: /proc/PID/task/TID/stat (utime, stime: fields 14 and 15) and, where
+/// the kernel has it, schedstat (ns on a core, ns waiting for one).
+fn thread_cpu(pid: u32, tid: u32) -> Option<crate::model::CpuTime> {
     let s = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    let mut cpu = parse_thread_cpu(&s, sys::clock_ticks_per_s())?;
-    if let Some(t) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|s| parse_schedstat(&s))
-    {
-        cpu.time = t;
-    }
-    Some(cpu)
+    let cpu = parse_thread_cpu(&s, sys::clock_ticks_per_s())?;
+    Some(
+        fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+            .ok()
+            .and_then(|s| parse_schedstat(&s))
+            .unwrap_or(cpu),
+    )
 }
 
-fn parse_thread_cpu(stat: &str, hz: f64) -> Option<ThreadCpu> {
+fn parse_thread_cpu(stat: &str, hz: f64) -> Option<crate::model::CpuTime> {
     let field = |n| {
         crate::process::target::stat_field(stat, n)?
             .parse::<u64>()
             .ok()
     };
     let ticks = field(14)? + field(15)?;
-    Some(ThreadCpu {
-        time: crate::model::CpuTime {
-            on_cpu_ns: (ticks as f64 / hz * 1e9) as u64,
-            waiting_ns: 0,
-        },
-        start_ticks: field(22)?,
+    Some(crate::model::CpuTime {
+        on_cpu_ns: (ticks as f64 / hz * 1e9) as u64,
+        waiting_ns: 0,
     })
 }
 
@@ -922,8 +905,7 @@ mod tests {
         // A comm with a space and a parenthesis: fields count from the last ')'.
         let stat = "42 (py (x) 1) R 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 777 0";
         let c = parse_thread_cpu(stat, 100.0).unwrap();
-        assert_eq!(c.time.on_cpu_ns, 3_000_000_000);
-        assert_eq!(c.start_ticks, 777);
+        assert_eq!(c.on_cpu_ns, 3_000_000_000);
         let t = parse_schedstat("2953718493 1290381812 4711\n").unwrap();
         assert_eq!((t.on_cpu_ns, t.waiting_ns), (2_953_718_493, 1_290_381_812));
         assert_eq!(parse_schedstat("12 34"), None);

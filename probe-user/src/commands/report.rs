@@ -1,5 +1,12 @@
 //! `wedgeprobe report --pid P…`: attach, watch for a window (1 s by default), print what every
 //! target waits on now — text, or JSON (schema in the README) — and detach.
+//!
+//! The default window grows while the evidence cannot decide: a thread busy on the host since
+//! attach, in a process with no shim journal that returned from no driver call, may have spun
+//! for minutes (a handshake after hours of serving) or be one second into tokenizing — /proc
+//! keeps CPU totals, not when a thread last slept, so only watching tells them apart. `report`
+//! watches on until that thread has been busy `stall_after` (a `host_stall`) or stops (work),
+//! and says so on stderr. `--window` fixes the window; undecided threads are then listed.
 
 use std::{io::Write, time::Duration};
 
@@ -14,14 +21,23 @@ use crate::{
     verdict::Pipeline,
 };
 
+/// The default window, and the most it grows to (report is a snapshot; `watch` observes).
+const DEFAULT_WINDOW: Duration = Duration::from_secs(1);
+const MOST: Duration = Duration::from_secs(60);
+
+/// After the last CPU reading that could decide a thread: the readings come once a second.
+const DECIDE_SLACK: Duration = Duration::from_millis(1500);
+
 pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
-    if args.window > Duration::from_secs(60) {
+    let asked = args.window;
+    if asked.is_some_and(|w| w > MOST) {
         return Err(Error::Internal(anyhow::anyhow!(
             "--window is at most 60s (a report is a snapshot; use `watch` to observe longer)"
         )));
     }
     let settings = args.targets.settings.settings();
     let blocked_after_ms = settings.blocked_after_ms();
+    let stall_after = settings.stall_after;
     let mut phases = Phases::from_env();
     let session = Session::attach(&args.targets.pids, !args.no_launch_returns, &mut phases)?;
     signals::install();
@@ -39,17 +55,32 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
         start,
     );
     // The engine's ticks for the window; the report is the last tick's evaluation.
-    let window = args.window.as_nanos() as u64;
+    let window = asked.unwrap_or(DEFAULT_WINDOW);
+    let most = (stall_after + DECIDE_SLACK).clamp(window, MOST);
     let mut first = true;
+    let mut said = false;
     let tick = loop {
         let tick = engine.tick(sys::monotonic_ns());
         if std::mem::take(&mut first) {
             phases.done("first tick (probes read, stacks scanned)");
         }
-        if tick.now_ns - start >= window || signals::stop_requested() {
+        let elapsed = Duration::from_nanos(tick.now_ns - start);
+        if signals::stop_requested() {
             break tick;
         }
-        std::thread::sleep(TICK.min(args.window));
+        if elapsed >= window {
+            if asked.is_some() || tick.all.undecided.is_empty() || elapsed >= most {
+                break tick;
+            }
+            if !said && tick.all.undecided.iter().any(|u| u.busy_ms.is_some()) {
+                said = true;
+                eprintln!(
+                    "{}",
+                    growing_window_line(&tick.all.undecided, most - elapsed)
+                );
+            }
+        }
+        std::thread::sleep(TICK.min(window));
     };
     phases.done("the rest of the window");
     let report = Report::build(
@@ -78,4 +109,23 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
         "detach (uprobe links closed)"
     });
     Ok(())
+}
+
+/// One line on stderr when the window grows: what is watched, why, for how long at most.
+fn growing_window_line(
+    undecided: &[crate::verdict::host_stall::Undecided],
+    left: Duration,
+) -> String {
+    let threads: Vec<String> = undecided
+        .iter()
+        .filter(|u| u.busy_ms.is_some())
+        .map(|u| format!("pid {} tid {} ({})", u.pid, u.tid, u.name))
+        .collect();
+    format!(
+        "wedgeprobe: {} busy on the host since attach, no driver call returning, no shim \
+         journal to say since when: watching up to {:.1} s more to tell a host stall from work \
+         (--window answers sooner, undecided)",
+        threads.join(", "),
+        left.as_secs_f64()
+    )
 }

@@ -133,10 +133,16 @@ pub struct ThreadState {
     /// Since when it has wanted ≥ 80% of a core (on one, or waiting for one) without a
     /// break (0: not now).
     pub busy_since_ns: u64,
-    /// Read at the first CPU reading: the thread had wanted ≥ 80% of a core on average since
-    /// it started, at this time — a spin that began before attach (the first rate then dates
-    /// `busy_since_ns` from here, not from the reading).
+    /// Read at the first CPU reading, from the shim's readings of the thread's clock: busy
+    /// since this time, before attach (the first rate then dates `busy_since_ns` from here,
+    /// not from the reading). Nothing else dates a spin that began before attach: a thread's
+    /// CPU over its life is an upper bound, not a start (the H200 soak without the shim: a
+    /// serving thread at 100% of a core for most of its life was "100% CPU for 93 s" 1 s
+    /// into tokenizing, a false `host_stall`).
     pub busy_from_start_ns: Option<u64>,
+    /// When the first CPU reading since the last `clear_cpu` was taken: a thread busy since
+    /// then, with no dating of its own, has been busy at least since then (`undated`).
+    pub first_cpu_ns: u64,
     /// The `CpuTime::wanted_ns` at `busy_since_ns` (0 when dated from the thread's start).
     pub busy_wanted_at_start: u64,
     /// What `busy_wanted_at_start` is when `busy_from_start_ns` dates the spin.
@@ -155,7 +161,7 @@ pub struct ThreadState {
 impl ThreadState {
     /// One CPU reading: the rates since the last reading, and whether the thread has been
     /// busy (wanted ≥ 80% of a core on average) since when.
-    pub fn cpu_reading(&mut self, cpu: CpuTime, alive_ns: Option<u64>, now_ns: u64) {
+    pub fn cpu_reading(&mut self, cpu: CpuTime, now_ns: u64) {
         if let Some((prev, at)) = self.cpu_last
             && now_ns > at
         {
@@ -187,10 +193,9 @@ impl ThreadState {
             self.busy_from_start_ns = (since != 0).then_some(since);
             self.busy_from_start_wanted =
                 cpu.wanted_ns().saturating_sub(now_ns.saturating_sub(since));
-        } else if let Some(alive) = alive_ns.filter(|&a| a > 0) {
-            let life_pct = cpu.wanted_ns() as f64 / alive as f64 * 100.0;
-            self.busy_from_start_ns = (life_pct >= 80.0).then(|| now_ns.saturating_sub(alive));
-            self.busy_from_start_wanted = 0;
+        }
+        if self.cpu_last.is_none() {
+            self.first_cpu_ns = now_ns;
         }
         self.cpu_last = Some((cpu, now_ns));
     }
@@ -914,24 +919,16 @@ impl Model {
         }
     }
 
-    /// Per-thread CPU use, read from /proc once a second; `alive_ns` how long the thread has
-    /// existed (at the first reading, its whole life is the window).
-    pub fn set_cpu(
-        &mut self,
-        pid: u32,
-        tid: u32,
-        cpu: CpuTime,
-        alive_ns: Option<u64>,
-        now_ns: u64,
-    ) {
+    /// Per-thread CPU use, read from /proc once a second.
+    pub fn set_cpu(&mut self, pid: u32, tid: u32, cpu: CpuTime, now_ns: u64) {
         if let Some(t) = self.thread(pid, tid) {
-            t.cpu_reading(cpu, alive_ns, now_ns);
+            t.cpu_reading(cpu, now_ns);
         }
     }
 
     /// The shim's dating of its threads' spins (`ThreadState::shim_busy_since`). A thread
-    /// whose first CPU reading came before the shim's dating was known was dated by its life:
-    /// it is read afresh, a second later, from the shim's.
+    /// whose first CPU reading came before the shim's dating was known is read afresh, a
+    /// second later, from the shim's.
     pub fn set_shim_busy(&mut self, pid: u32, busy: &[(u32, u64)]) {
         for &(tid, since) in busy {
             let Some(t) = self
@@ -1075,8 +1072,9 @@ mod tests {
     }
 
     /// A spinner that dips below 80% for one reading (sharing a core) stays busy since it
-    /// began; one that stops spinning does not; a spin dated from the thread's start (its
-    /// life averaged ≥ 80% at the first reading) counts from there.
+    /// began; one that stops spinning does not. Without the shim's readings a thread is busy
+    /// at most since its first reading, however busy its life was: a life's average is not a
+    /// start (the H200 soak: a serving thread's 93 s of CPU taken for a spin).
     #[test]
     fn busy_is_the_average_since_the_spin_began() {
         let s = 1_000 * MS;
@@ -1085,31 +1083,26 @@ mod tests {
             waiting_ns: 0,
         };
         let mut t = ThreadState::default();
-        t.cpu_reading(on(0), None, 10 * s);
-        t.cpu_reading(on(s), None, 11 * s); // 100%
+        t.cpu_reading(on(0), 10 * s);
+        t.cpu_reading(on(s), 11 * s); // 100%
         assert_eq!(t.busy_since_ns, 10 * s);
-        t.cpu_reading(on(17 * s / 10), None, 12 * s); // 70% this second, 85% since 10 s
+        assert_eq!(t.first_cpu_ns, 10 * s);
+        t.cpu_reading(on(17 * s / 10), 12 * s); // 70% this second, 85% since 10 s
         assert_eq!(t.busy_since_ns, 10 * s, "one dip does not restart the spin");
-        t.cpu_reading(on(175 * s / 100), None, 13 * s); // 5%: 58% since 10 s
+        t.cpu_reading(on(175 * s / 100), 13 * s); // 5%: 58% since 10 s
         assert_eq!(t.busy_since_ns, 0, "a thread that stopped is not busy");
-        // Dated from its start: alive 30 s with 29 s of CPU at the first reading.
+        // 29 s of CPU in a 30 s life at the first reading: busy from that reading only.
         let mut u = ThreadState::default();
-        u.cpu_reading(on(29 * s), Some(30 * s), 100 * s);
-        u.cpu_reading(on(30 * s), None, 101 * s);
-        assert_eq!(u.busy_since_ns, 70 * s);
-        // A thread whose life was mostly idle is busy from its first busy reading only.
-        let mut v = ThreadState::default();
-        v.cpu_reading(on(s), Some(30 * s), 100 * s);
-        v.cpu_reading(on(2 * s), None, 101 * s);
-        assert_eq!(v.busy_since_ns, 100 * s);
+        u.cpu_reading(on(29 * s), 100 * s);
+        u.cpu_reading(on(30 * s), 101 * s);
+        assert_eq!(u.busy_since_ns, 100 * s);
     }
 
-    /// Where the shim read a thread's CPU clock, its dating wins over the thread's life: a
-    /// serving thread busy for most of its 300 s life, 2 s into a spin by the shim's readings,
-    /// is busy since then (the life said 290 s); one the shim found not busy is busy from the
-    /// first busy reading only; and a spin the shim dated stops as any other.
+    /// Where the shim read a thread's CPU clock, its dating is the spin's start: 2 s into a
+    /// spin by the shim's readings, busy since then; one the shim found not busy is busy from
+    /// the first busy reading only; and a spin the shim dated stops as any other.
     #[test]
-    fn the_shims_dating_of_a_spin_wins_over_the_threads_life() {
+    fn the_shims_dating_of_a_spin_is_its_start() {
         let s = 1_000 * MS;
         let on = |ns: u64| CpuTime {
             on_cpu_ns: ns,
@@ -1119,23 +1112,18 @@ mod tests {
             shim_busy_since: Some(398 * s),
             ..Default::default()
         };
-        t.cpu_reading(on(290 * s), Some(300 * s), 400 * s);
-        t.cpu_reading(on(291 * s), None, 401 * s);
+        t.cpu_reading(on(290 * s), 400 * s);
+        t.cpu_reading(on(291 * s), 401 * s);
         assert_eq!(t.busy_since_ns, 398 * s);
-        t.cpu_reading(on(291 * s + s / 10), None, 402 * s); // 10%: 78% since 398 s
+        t.cpu_reading(on(291 * s + s / 10), 402 * s); // 10%: 78% since 398 s
         assert_eq!(t.busy_since_ns, 0, "stopped");
         let mut u = ThreadState {
             shim_busy_since: Some(0),
             ..Default::default()
         };
-        u.cpu_reading(on(290 * s), Some(300 * s), 400 * s);
-        u.cpu_reading(on(291 * s), None, 401 * s);
+        u.cpu_reading(on(290 * s), 400 * s);
+        u.cpu_reading(on(291 * s), 401 * s);
         assert_eq!(u.busy_since_ns, 400 * s);
-        // Without the shim's readings, the life dates it (the boot deadlock's case).
-        let mut v = ThreadState::default();
-        v.cpu_reading(on(290 * s), Some(300 * s), 400 * s);
-        v.cpu_reading(on(291 * s), None, 401 * s);
-        assert_eq!(v.busy_since_ns, 100 * s);
     }
 
     /// A spinner that gets 60% of a core and waits for one the other 38% is busy; a thread
@@ -1144,25 +1132,23 @@ mod tests {
     fn busy_counts_the_time_waiting_for_a_core() {
         let s = 1_000 * MS;
         let mut t = ThreadState::default();
-        t.cpu_reading(CpuTime::default(), None, 10 * s);
+        t.cpu_reading(CpuTime::default(), 10 * s);
         t.cpu_reading(
             CpuTime {
                 on_cpu_ns: 6 * s / 10,
                 waiting_ns: 38 * s / 100,
             },
-            None,
             11 * s,
         );
         assert_eq!(t.busy_since_ns, 10 * s);
         assert!((t.cpu_pct - 60.0).abs() < 1e-9 && (t.waiting_pct - 38.0).abs() < 1e-9);
         let mut u = ThreadState::default();
-        u.cpu_reading(CpuTime::default(), None, 10 * s);
+        u.cpu_reading(CpuTime::default(), 10 * s);
         u.cpu_reading(
             CpuTime {
                 on_cpu_ns: 4 * s / 10,
                 waiting_ns: s / 10,
             },
-            None,
             11 * s,
         );
         assert_eq!(u.busy_since_ns, 0);

@@ -32,6 +32,10 @@ pub struct Report {
     pub jobs: Vec<crate::verdict::job::JobView>,
     /// Processes with no GPU work and no kernel in flight whose threads spin on the host.
     pub host_stalls: Vec<crate::verdict::host_stall::HostStall>,
+    /// Threads busy on the host since attach that the window could not decide (no journal
+    /// to date their start, not yet busy for `stall_after`): `--window` was given, or the
+    /// grown window reached its end.
+    pub undecided: Vec<crate::verdict::host_stall::Undecided>,
     /// This node, and the clock pair taken when the report was built: `wedgeprobe merge`
     /// aligns reports of several nodes with it (times in `kernels`/`threads` are relative to
     /// this instant).
@@ -113,6 +117,12 @@ impl Report {
     ) -> Self {
         let mut threads = ev.threads.clone();
         let host_stalls = ev.host_stalls.clone();
+        let undecided = ev
+            .undecided
+            .iter()
+            .filter(|u| u.busy_ms.is_some())
+            .cloned()
+            .collect();
         attach_python_stacks(&mut threads);
         let kernels = ev.kernels.clone();
         let verdict = ev.verdict.clone();
@@ -171,6 +181,7 @@ impl Report {
             verdict,
             jobs,
             host_stalls,
+            undecided,
             host: crate::sys::hostname(),
             clock: Clock {
                 monotonic_ns: now_ns,
@@ -425,20 +436,24 @@ impl Report {
     /// Host stalls with each spinning thread's stacks.
     fn write_host_stalls(&self, out: &mut impl Write) -> std::io::Result<()> {
         for s in &self.host_stalls {
-            writeln!(
-                out,
-                "\nhost stall: pid {} ({}), no GPU work for {}:",
-                s.pid,
-                s.comm,
-                fmt_duration(s.no_gpu_progress_ms)
-            )?;
+            let gpu = match s.gpu_evidence {
+                crate::verdict::host_stall::GpuEvidence::Journal => {
+                    format!("no GPU work for {}", fmt_duration(s.no_gpu_progress_ms))
+                }
+                crate::verdict::host_stall::GpuEvidence::Attach => format!(
+                    "no driver call returned in the {} watched (no journal)",
+                    fmt_duration(s.no_gpu_progress_ms)
+                ),
+            };
+            writeln!(out, "\nhost stall: pid {} ({}), {gpu}:", s.pid, s.comm)?;
             for t in &s.threads {
                 writeln!(
                     out,
-                    "  tid {} ({}) {} for {}",
+                    "  tid {} ({}) {} for {}{}",
                     t.tid,
                     t.name,
                     t.cpu_words(),
+                    if t.busy_since_attach { "≥ " } else { "" },
                     fmt_duration(t.busy_ms)
                 )?;
                 for f in &t.native_stack {
@@ -448,6 +463,18 @@ impl Report {
                     writeln!(out, "      python: {}", py.join(" ← "))?;
                 }
             }
+        }
+        for u in &self.undecided {
+            writeln!(
+                out,
+                "\nundecided: pid {} tid {} ({}) busy on the host for ≥ {} since attach, no driver \
+                 call returning; without a shim journal its start is not known (report without \
+                 --window, or with one ≥ --stall-after, decides it)",
+                u.pid,
+                u.tid,
+                u.name,
+                fmt_duration(u.busy_ms.unwrap_or(0.0))
+            )?;
         }
         Ok(())
     }

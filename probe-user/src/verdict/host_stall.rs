@@ -21,15 +21,17 @@
 //! in that time (`build ← init_mlp`, then `build ← init_norm`). A long computation inside one
 //! function cannot be told from a spin this way. `report`'s default 1 s window spans it.
 //!
-//! A stall that began before attach — someone runs `report` at 3 a.m. on a boot deadlock — is
-//! found in the first window: the shim journal dates the last GPU work (possibly long before
-//! attach), and the shim's once-a-second readings of each CUDA thread's CPU clock date its
-//! spin (`journal::cpu` in the shim). Without them, a thread's CPU time over its whole life,
-//! read at the first reading, dates a spin — right for a process that did little else (a boot
-//! deadlock), wrong for a server's busy thread (its life is hours of work). Without a journal
-//! nothing is known of the GPU before attach: a process whose threads have spun since before
-//! attach with no driver call returning in view is reported, saying that (`gpu_evidence`:
-//! `attach`).
+//! A stall that began before attach — someone runs `report` at 3 a.m. on a boot deadlock, or
+//! on a server that hung after hours of serving — is found in the first window where the shim
+//! is in the process: its journal dates the last GPU work (possibly long before attach), and
+//! its once-a-second readings of each CUDA thread's CPU clock date the spin (`journal::cpu` in
+//! the shim). Without the shim nothing dates it: /proc keeps a thread's CPU totals, not when
+//! it last slept, and a life's average is an upper bound, not a start (taken for one, it made
+//! a serving thread 1 s into tokenizing "100% CPU for 93 s", a false `host_stall` on the
+//! H200; and it reported a spin after 25 s of healthy serving healthy). Such a thread — busy
+//! since the first reading, no driver call returning, no journal — is `Undecided`: watching
+//! decides it, and `report` keeps watching (up to `stall_after`) while one is (`gpu_evidence`:
+//! `attach` says what is not known of the GPU).
 
 use std::collections::HashMap;
 
@@ -67,6 +69,9 @@ pub struct SpinningThread {
     /// core where cores are short, and wants one all the same.
     pub waiting_for_cpu_pct: f64,
     pub busy_ms: f64,
+    /// Busy since the first CPU reading with nothing dating it earlier (no shim reading):
+    /// `busy_ms` is a lower bound, the spin began at attach or before.
+    pub busy_since_attach: bool,
     /// Innermost first: `function+0xoff (module)`, or the address when unknown.
     pub native_stack: Vec<String>,
     /// How long its stack has read the same (≥ `SPIN_CONFIRM_NS`): a busy-poll, not work.
@@ -88,6 +93,26 @@ impl SpinningThread {
             format!("{:.0}% CPU", self.cpu_pct)
         }
     }
+}
+
+/// A thread that may be spinning whose start the evidence does not give: it has been busy
+/// since the first CPU reading (`busy_ms` at least; `None`: only one reading yet, so whether
+/// it is busy is not known) in a process that has returned from no driver call since attach
+/// and has no journal — or, with the shim, one a second reading has yet to confirm. Watching
+/// longer decides it: busy on the same stack for `stall_after`, or not.
+#[derive(Clone, Debug, Serialize)]
+pub struct Undecided {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    pub busy_ms: Option<f64>,
+}
+
+/// What `find` saw: the stalls, and the threads it could not decide yet.
+#[derive(Default)]
+pub struct Found {
+    pub stalls: Vec<HostStall>,
+    pub undecided: Vec<Undecided>,
 }
 
 /// How long after attach a thread on a core has its stack compared before a second CPU
@@ -154,13 +179,14 @@ pub fn find(
     after_ns: u64,
     in_calls: &std::collections::HashSet<(u32, u32)>,
     stacks: &mut StackCache,
-) -> Vec<HostStall> {
+) -> Found {
     let after = after_ns;
     let mut out = Vec::new();
+    let mut undecided = Vec::new();
     let mut touched = std::collections::HashSet::new();
     for (&pid, p) in &model.procs {
         // Without a journal, quiet since attach is all that can be known of the GPU; the
-        // threads' spin (dated from their life at the first reading) carries the duration.
+        // threads' spin (dated from the first reading: `Undecided`) carries the duration.
         let quiet = now_ns.saturating_sub(p.last_progress_ns) >= after
             || (!p.progress_known_before_attach && p.last_progress_ns <= p.attached_ns);
         if p.exited || !quiet {
@@ -169,10 +195,9 @@ pub fn find(
         if model.kernels.get(&pid).is_some_and(|k| !k.is_empty()) {
             continue;
         }
-        // Stacks are compared from the first CPU reading on (a whole life at ≥ 80% of a
-        // core), so that the second reading, a second later, which confirms the thread is
-        // still busy, finds its stack already compared for that second: `report`'s 1 s
-        // window finds a stall that began before attach.
+        // Stacks are compared from the first CPU reading on, so that the second reading, a
+        // second later, which confirms the thread is still busy, finds its stack already
+        // compared for that second: `report`'s 1 s window finds a stall the shim dated.
         let busy_for = |t: &crate::model::ThreadState| {
             let since = match (t.busy_since_ns, t.busy_from_start_ns) {
                 (0, Some(start)) => start,
@@ -197,6 +222,42 @@ pub fn find(
         let reportable = |t: &crate::model::ThreadState| {
             t.busy_since_ns != 0 && (by_silence(t) || busy_for(t).is_some_and(|d| d >= after))
         };
+        // Busy since the first reading with nothing to date it (no journal, no shim reading):
+        // compared from then, so that when watching has made it `stall_after` (`report`'s
+        // grown window) its stack has been compared all that time.
+        let undated = |t: &crate::model::ThreadState| {
+            t.busy_since_ns != 0
+                && !p.progress_known_before_attach
+                && t.shim_busy_since.is_none()
+                && t.busy_since_ns <= t.first_cpu_ns
+        };
+        // Not decided yet: one CPU reading only (busy or not is not known), or busy since the
+        // first reading with nothing to date the start (no journal, no shim reading) and not
+        // yet for `stall_after`.
+        for (&tid, t) in &p.threads {
+            let Some((_, last)) = t.cpu_last else {
+                continue;
+            };
+            if in_calls.contains(&(pid, tid)) || reportable(t) {
+                continue;
+            }
+            let busy_ms = if t.busy_since_ns == 0 {
+                if last != t.first_cpu_ns {
+                    continue;
+                }
+                None
+            } else if undated(t) {
+                busy_for(t).map(|d| d as f64 / 1e6)
+            } else {
+                continue;
+            };
+            undecided.push(Undecided {
+                pid,
+                tid,
+                name: t.name.clone(),
+                busy_ms,
+            });
+        }
         // Stacks compared: those, and — until the second reading can have come — every thread
         // on a core since attach, so a spinner's count is already running when it comes. Not
         // later: a quiet process idling between requests would have its Python stacks read
@@ -209,6 +270,7 @@ pub fn find(
         };
         let tracked = |t: &crate::model::ThreadState| {
             busy_for(t).is_some_and(|d| d >= after)
+                || undated(t)
                 || ((by_silence(t) || shim_long(t))
                     && (t.busy_since_ns != 0 || first_readings)
                     && t.last_sample
@@ -225,6 +287,7 @@ pub fn find(
                 cpu_pct: (t.cpu_pct * 10.0).round() / 10.0,
                 waiting_for_cpu_pct: (t.waiting_pct * 10.0).round() / 10.0,
                 busy_ms: busy_for(t).unwrap_or(0) as f64 / 1e6,
+                busy_since_attach: undated(t),
                 native_stack: t
                     .last_sample
                     .as_ref()
@@ -293,7 +356,10 @@ pub fn find(
     }
     // Threads no longer busy (or gone) start over when they are busy again.
     stacks.same_since.retain(|k, _| touched.contains(k));
-    out
+    Found {
+        stalls: out,
+        undecided,
+    }
 }
 
 /// What must stay the same for a thread to be spinning: its Python frames as `function
@@ -435,10 +501,11 @@ pub fn describe(s: &HostStall) -> String {
                     .collect(),
             };
             format!(
-                "tid {} ({}) {} for {:.0} s, the same stack for {:.1} s, in {}",
+                "tid {} ({}) {} for {}{:.0} s, the same stack for {:.1} s, in {}",
                 t.tid,
                 t.name,
                 t.cpu_words(),
+                if t.busy_since_attach { "≥ " } else { "" },
                 t.busy_ms / 1e3,
                 t.same_stack_ms / 1e3,
                 if top.is_empty() {
@@ -480,6 +547,7 @@ mod tests {
             cpu_pct: 100.0,
             waiting_for_cpu_pct: 0.0,
             busy_ms: 20_000.0,
+            busy_since_attach: false,
             native_stack: native.iter().map(|s| s.to_string()).collect(),
             same_stack_ms: 0.0,
             python_stack: python.map(|p| p.iter().map(|s| s.to_string()).collect()),

@@ -26,7 +26,7 @@ use crate::{
     model::{Model, ThreadView, kernels::StreamHead},
     settings::Settings,
     verdict::{
-        host_stall::{HostStall, StackCache},
+        host_stall::{HostStall, StackCache, Undecided},
         job::{Culprit, JobView, RankInfo},
     },
 };
@@ -38,6 +38,9 @@ pub struct Evaluation {
     pub threads: Vec<ThreadView>,
     pub kernels: Vec<StreamHead>,
     pub host_stalls: Vec<HostStall>,
+    /// Threads that may be in a host stall whose start nothing dates: watching decides them
+    /// (`report` watches on while there are any).
+    pub undecided: Vec<Undecided>,
     /// Jobs of two or more ranks (every target together only).
     pub jobs: Vec<JobView>,
     pub verdict: Verdict,
@@ -236,7 +239,7 @@ impl Pipeline {
         Seen {
             now_ns,
             heads: model.kernel_heads(),
-            stalls: host_stall::find(
+            found: host_stall::find(
                 model,
                 now_ns,
                 self.settings.stall_after_ns(),
@@ -294,8 +297,9 @@ impl Pipeline {
             now_ns,
             threads,
             mut heads,
-            stalls,
+            found,
         } = seen;
+        let stalls = found.stalls;
         let alive = model.procs.values().any(|p| !p.exited);
         let mut verdict = self.judge(
             model,
@@ -327,6 +331,7 @@ impl Pipeline {
             threads,
             kernels: heads,
             host_stalls: stalls,
+            undecided: found.undecided,
             jobs,
             verdict,
         }
@@ -350,9 +355,17 @@ impl Pipeline {
                     .cloned()
                     .collect();
                 let stalls: Vec<HostStall> = seen
+                    .found
                     .stalls
                     .iter()
                     .filter(|s| s.pid == pid)
+                    .cloned()
+                    .collect();
+                let undecided: Vec<Undecided> = seen
+                    .found
+                    .undecided
+                    .iter()
+                    .filter(|u| u.pid == pid)
                     .cloned()
                     .collect();
                 let journal = model
@@ -374,6 +387,7 @@ impl Pipeline {
                         threads,
                         kernels: heads,
                         host_stalls: stalls,
+                        undecided,
                         jobs: Vec::new(),
                         verdict,
                     },
@@ -388,5 +402,5 @@ struct Seen {
     now_ns: u64,
     threads: Vec<ThreadView>,
     heads: Vec<StreamHead>,
-    stalls: Vec<HostStall>,
+    found: host_stall::Found,
 }
