@@ -88,6 +88,32 @@ impl CurrentCall {
     pub fn open_ended(&self) -> bool {
         self.args.is_some_and(|a| a.flags & CALL_OPEN_ENDED != 0)
     }
+
+    /// (sched_yield/s, measured). Probes saw the call begin: its own yields over its whole
+    /// time. Found by scan or journal: the thread's yields since first seen, over the time
+    /// since then — not over the call's age (that diluted a 72k/s spin to "no sched_yield" at
+    /// a watch's first ticks) — and not known before YIELD_RATE_MIN_NS of it.
+    pub fn yield_rate(&self, yields_total: u64, now_ns: u64) -> (f64, bool) {
+        let secs = now_ns.saturating_sub(self.since_ns) as f64 / 1e9;
+        match (&self.args, self.yields_at_first_seen) {
+            (Some(a), _) if secs > 0.0 => (a.yields as f64 / secs, true),
+            (Some(_), _) => (0.0, true),
+            (None, Some((first, at))) if now_ns.saturating_sub(at) >= YIELD_RATE_MIN_NS => (
+                yields_total.saturating_sub(first) as f64
+                    / (now_ns.saturating_sub(at) as f64 / 1e9),
+                true,
+            ),
+            (None, _) => (0.0, false),
+        }
+    }
+}
+
+/// The older of two yield baselines (count, when): the longer span measures the rate.
+fn older(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if y.1 < x.1 { y } else { x }),
+        (x, y) => x.or(y),
+    }
 }
 
 /// A thread's CPU time so far, from /proc.
@@ -198,6 +224,64 @@ impl ThreadState {
             self.first_cpu_ns = now_ns;
         }
         self.cpu_last = Some((cpu, now_ns));
+    }
+
+    /// A stack scan of a thread in no call the probes saw begin (so in the one it was in at
+    /// attach, or none): `found` is the entry point it is inside, if any. The slot is made
+    /// again when the scan names another entry point (the shim's hook frames read as "entry
+    /// point unknown" one sample, the entry point the next), but the call is the same one,
+    /// so its yield baseline is kept: made new, the launcher of the H200's triton-wedge
+    /// (≈2.4 M sched_yield/s, shim in) read "not measured yet" in `report`.
+    pub fn scanned(&mut self, found: Option<u32>, attached_ns: u64, now_ns: u64) {
+        match (found, &mut self.scanned_call) {
+            (Some(api), Some(c)) if c.api == api => c.confirmed_ns = now_ns,
+            // The journal named it; a scan that cannot is no evidence it left.
+            (Some(UNKNOWN_ENTRY_POINT), Some(c)) if c.seen_by == SeenBy::StackScanAndJournal => {
+                c.confirmed_ns = now_ns
+            }
+            (Some(api), slot) => {
+                let yields = slot.as_ref().and_then(|c| c.yields_at_first_seen);
+                *slot = Some(CurrentCall {
+                    api,
+                    since_ns: attached_ns,
+                    seen_by: SeenBy::StackScan,
+                    args: None,
+                    yields_at_first_seen: yields,
+                    confirmed_ns: now_ns,
+                })
+            }
+            (None, slot) => *slot = None,
+        }
+    }
+
+    /// The journal says the thread is inside `api` since `since_ns`: a stack-scanned call of
+    /// that entry point (or an unknown one) takes its exact start, and the older of the two
+    /// yield baselines.
+    pub fn refine_scan(&mut self, api: u32, since_ns: u64) {
+        let journal_yields = self
+            .journal_call
+            .as_ref()
+            .and_then(|j| j.yields_at_first_seen);
+        if let Some(sc) = self.scanned_call.as_mut()
+            && (sc.api == api || sc.api == UNKNOWN_ENTRY_POINT)
+            && api::class(api).is_some()
+        {
+            sc.api = api;
+            sc.since_ns = since_ns;
+            sc.seen_by = SeenBy::StackScanAndJournal;
+            sc.yields_at_first_seen = older(sc.yields_at_first_seen, journal_yields);
+        }
+    }
+
+    /// The thread's sched_yield count as read now: the first read dates each call's baseline.
+    pub fn note_yields(&mut self, total: u64, now_ns: u64) {
+        self.yields_total = total;
+        for c in [&mut self.journal_call, &mut self.scanned_call]
+            .into_iter()
+            .flatten()
+        {
+            c.yields_at_first_seen.get_or_insert((total, now_ns));
+        }
     }
 
     /// The call the thread is in: exact data first (both probes, then the shim journal), an
@@ -608,22 +692,7 @@ impl Model {
             t.scanned_call = None;
             return inside;
         }
-        match found {
-            Some(api) => match &mut t.scanned_call {
-                Some(c) if c.api == api => c.confirmed_ns = now_ns,
-                slot => {
-                    *slot = Some(CurrentCall {
-                        api,
-                        since_ns: attached,
-                        seen_by: SeenBy::StackScan,
-                        args: None,
-                        yields_at_first_seen: None,
-                        confirmed_ns: now_ns,
-                    })
-                }
-            },
-            None => t.scanned_call = None,
-        }
+        t.scanned(found, attached, now_ns);
         inside
     }
 
@@ -702,14 +771,7 @@ impl Model {
                     confirmed_ns: now_ns,
                 });
             }
-            if let Some(sc) = t.scanned_call.as_mut()
-                && (sc.api == c.api || sc.api == UNKNOWN_ENTRY_POINT)
-                && api::class(c.api).is_some()
-            {
-                sc.api = c.api;
-                sc.since_ns = c.since_ns;
-                sc.seen_by = SeenBy::StackScanAndJournal;
-            }
+            t.refine_scan(c.api, c.since_ns);
         }
     }
 
@@ -719,13 +781,7 @@ impl Model {
             .get_mut(&pid)
             .and_then(|p| p.threads.get_mut(&tid))
         {
-            t.yields_total = total;
-            for c in [&mut t.journal_call, &mut t.scanned_call]
-                .into_iter()
-                .flatten()
-            {
-                c.yields_at_first_seen.get_or_insert((total, now_ns));
-            }
+            t.note_yields(total, now_ns);
         }
     }
 
@@ -781,26 +837,8 @@ impl Model {
                     continue;
                 }
                 let in_call_ns = now_ns.saturating_sub(c.since_ns);
-                let secs = in_call_ns as f64 / 1e9;
-                // Probes saw the call begin: its own yields over its whole time. Found by scan
-                // or journal: the thread's yields since first seen, over the time since then —
-                // not over the call's age (that diluted a 72k/s spin to "no sched_yield" at a
-                // watch's first ticks) — and not known before YIELD_RATE_MIN_NS of it.
                 let (sched_yield_per_s, sched_yield_measured) =
-                    match (&c.args, c.yields_at_first_seen) {
-                        (Some(a), _) if secs > 0.0 => (a.yields as f64 / secs, true),
-                        (Some(_), _) => (0.0, true),
-                        (None, Some((first, at)))
-                            if now_ns.saturating_sub(at) >= YIELD_RATE_MIN_NS =>
-                        {
-                            (
-                                t.yields_total.saturating_sub(first) as f64
-                                    / (now_ns.saturating_sub(at) as f64 / 1e9),
-                                true,
-                            )
-                        }
-                        (None, _) => (0.0, false),
-                    };
+                    c.yield_rate(t.yields_total, now_ns);
                 let args = c.args.as_ref();
                 let has_stream = args.is_some_and(|a| {
                     matches!(
@@ -1069,6 +1107,46 @@ mod tests {
             believed(&unknown, true, false),
             "GPU work stopped: it may be stuck there"
         );
+    }
+
+    /// A launch blocked since before attach, found by scan and named by the journal, yields
+    /// ~2.4 M/s (the H200's triton-wedge with the shim). A sample whose scan reads the shim's
+    /// hook frames as "entry point unknown", or names the entry point again after one that
+    /// could not, is the same call: its rate stays measured over the whole time watched.
+    #[test]
+    fn a_rescanned_call_keeps_its_yield_rate() {
+        let launch = api::id_of("cuLaunchKernel").unwrap();
+        let (attach, since) = (10_000 * MS, 6_000 * MS);
+        let mut t = ThreadState {
+            journal_call: Some(CurrentCall {
+                api: launch,
+                since_ns: since,
+                seen_by: SeenBy::Journal,
+                args: None,
+                yields_at_first_seen: None,
+                confirmed_ns: attach,
+            }),
+            ..ThreadState::default()
+        };
+        let rate = |t: &ThreadState, now| {
+            let c = t.current(now).expect("in the launch");
+            c.yield_rate(t.yields_total, now)
+        };
+        t.scanned(Some(launch), attach, attach);
+        t.note_yields(0, attach);
+        t.refine_scan(launch, since);
+        t.note_yields(2_400_000, attach + 1_000 * MS);
+        assert_eq!(rate(&t, attach + 1_000 * MS), (2_400_000.0, true));
+        // A scan that cannot name it, then one that names it again: the slot is made again.
+        t.scanned(Some(UNKNOWN_ENTRY_POINT), attach, attach + 1_100 * MS);
+        t.scanned(Some(launch + 1), attach, attach + 1_150 * MS);
+        t.scanned(Some(launch), attach, attach + 1_200 * MS);
+        t.refine_scan(launch, since);
+        t.note_yields(2_880_000, attach + 1_200 * MS);
+        let (per_s, measured) = rate(&t, attach + 1_200 * MS);
+        assert!(measured, "the same call: its rate is known");
+        assert_eq!(per_s.round(), 2_400_000.0);
+        assert_eq!(t.current(attach + 1_200 * MS).unwrap().since_ns, since);
     }
 
     /// A spinner that dips below 80% for one reading (sharing a core) stays busy since it
