@@ -98,6 +98,10 @@ pub struct Engine {
     /// Blocked threads by (pid, tid, api), with their last view.
     blocked: HashMap<(u32, u32, &'static str), ThreadView>,
     last_kind: VerdictKind,
+    /// The processes in a host stall at the last verdict: a rank that joins a stall another
+    /// began changes no verdict kind and blocks no thread, so without this `watch` on eight
+    /// ranks said nothing of the second to stall.
+    last_stalled: std::collections::BTreeSet<u32>,
     verdicts: HashMap<u32, VerdictKind>,
     culprits: HashSet<(String, u32, u32, String)>,
     start_ns: u64,
@@ -126,6 +130,7 @@ impl Engine {
             options,
             blocked: HashMap::new(),
             last_kind: VerdictKind::Healthy,
+            last_stalled: Default::default(),
             verdicts: HashMap::new(),
             culprits: HashSet::new(),
             start_ns: now_ns,
@@ -193,10 +198,15 @@ impl Engine {
             }
         }
         self.culprits = culprits;
-        if all.verdict.kind != self.last_kind {
+        let stalled: std::collections::BTreeSet<u32> =
+            all.host_stalls.iter().map(|s| s.pid).collect();
+        let more_stalled =
+            all.verdict.kind == VerdictKind::HostStall && !stalled.is_subset(&self.last_stalled);
+        if all.verdict.kind != self.last_kind || more_stalled {
             self.last_kind = all.verdict.kind;
             events.push(Event::Verdict(all.verdict.clone()));
         }
+        self.last_stalled = stalled;
         for (pid, ev) in &each {
             let before = self.verdicts.insert(*pid, ev.verdict.kind);
             if before != Some(ev.verdict.kind) {

@@ -5,7 +5,9 @@ cuLaunchKernel.   python3 py_launcher.py LIBCUDA
 
 With `handshake` after LIBCUDA it is instead a rank of the boot deadlock:
 CUDA initialised, then spinning at 100% CPU in wait_for_peers_ready() for a peer's file that
-never comes, until DEADLINE_S (default 20).   python3 py_launcher.py LIBCUDA handshake [S]
+never comes, until DEADLINE_S (default 20) after its start.
+    python3 py_launcher.py LIBCUDA handshake [S]
+(PY_HEALTHY_BEFORE_S, PY_SPIN_WHEN, PY_SPIN_MARK: serving first, see the mode.)
 With `build` it is a process building its model instead: CUDA initialised, then CPU work at
 100% for S seconds that moves through functions (busy, not spinning: not a host stall)."""
 import ctypes
@@ -67,10 +69,28 @@ if len(sys.argv) > 2 and sys.argv[2] == "build":
     cuda.cuInit(0)
     build_model(time.monotonic() + (float(sys.argv[3]) if len(sys.argv) > 3 else 20.0))
 elif len(sys.argv) > 2 and sys.argv[2] == "handshake":
+    start = time.monotonic()
     cuda.cuInit(0)
+    limit = float(sys.argv[3]) if len(sys.argv) > 3 else 20.0
     # PY_SLEEP_FIRST_S: the rank idles first (its whole life then averages under 80% of a core).
     time.sleep(float(os.environ.get("PY_SLEEP_FIRST_S", "0")))
-    limit = float(sys.argv[3]) if len(sys.argv) > 3 else 20.0
-    wait_for_peers_ready("/nonexistent/ready.peer", time.monotonic() + limit)
+    # PY_HEALTHY_BEFORE_S: light serving first (a launch and its synchronize every 20 ms);
+    # PY_SPIN_WHEN=FILE: serve so until FILE exists; PY_SPIN_MARK=FILE: made as the spin begins.
+    healthy = float(os.environ.get("PY_HEALTHY_BEFORE_S", "0"))
+    when = os.environ.get("PY_SPIN_WHEN")
+    if healthy > 0 or when:
+        stream = ctypes.c_void_p()
+        cuda.cuStreamCreate(ctypes.byref(stream), 0)
+        fn = ctypes.c_void_p()
+        cuda.cuModuleGetFunction(ctypes.byref(fn), None, b"_Z13decode_kernelPKfPfi")
+        while time.monotonic() - start < healthy or (
+            when and not os.path.exists(when) and time.monotonic() - start < limit
+        ):
+            cuda.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, None, None)
+            cuda.cuStreamSynchronize(stream)
+            time.sleep(0.02)
+    if os.environ.get("PY_SPIN_MARK"):
+        open(os.environ["PY_SPIN_MARK"], "w").close()
+    wait_for_peers_ready("/nonexistent/ready.peer", start + limit)
 else:
     serve_forever()

@@ -14,7 +14,9 @@
  *   simworker spin [run_s]                       one kernel (and its synchronize), then spins on the
  *                                                host in wait_for_peers_ready: the boot deadlock
  *                                                (SIMWORKER_HEALTHY_BEFORE_S, _IDLE_BEFORE_S: after
- *                                                a healthy history; see the mode)
+ *                                                a healthy history; _SPIN_WHEN: once a file
+ *                                                appears; _SPIN_LOOP=tight|libc: the loop's
+ *                                                shape; see the mode)
  *   simworker idle-after [run_s]                 healthy for run_s, then three launches back to
  *                                                back and 10 s idle (no synchronize)
  *   simworker serve [run_s]                      never wedged: decode, idle, CPU work, long
@@ -90,6 +92,32 @@ __attribute__((noinline)) static void wait_for_peers_ready(double until) {
     while (now_s() < until) {
         for (int i = 0; i < 100000; i++) peers_ready += (unsigned long)i & 1;
     }
+}
+
+/* The same wait as a tight loop with no call in it (SIMWORKER_SPIN_LOOP=tight): a flag read
+ * over and over, set by a timer thread at the deadline — no libc, no vDSO, no syscall; the
+ * stack is the loop's own frame and its callers. */
+static volatile int peers_flag;
+static double spin_until;
+static void *spin_timer(void *arg) {
+    (void)arg;
+    double left = spin_until - now_s();
+    if (left > 0) usleep((useconds_t)(left * 1e6));
+    peers_flag = 1;
+    return NULL;
+}
+__attribute__((noinline)) static void wait_for_peers_ready_tight(double until) {
+    pthread_t t;
+    spin_until = until;
+    pthread_create(&t, NULL, spin_timer, NULL);
+    while (!peers_flag) peers_ready++;
+}
+
+/* And as a loop calling into libc every turn (SIMWORKER_SPIN_LOOP=libc), as a handshake
+ * polling for a peer's file does: access(2) of a path that never appears. */
+__attribute__((noinline)) static void wait_for_peers_ready_libc(double until) {
+    while (access("/nonexistent/wedgeprobe-peer.ready", F_OK) != 0 && now_s() < until)
+        peers_ready++;
 }
 
 static int use_launch_ex; /* SIMWORKER_LAUNCH_API=ex: launch through cuLaunchKernelEx */
@@ -391,11 +419,15 @@ int main(int argc, char **argv) {
         /* SIMWORKER_HEALTHY_BEFORE_S=H: light serving first (a launch and its synchronize
          * every 20 ms, for H s); SIMWORKER_IDLE_BEFORE_S=I: then I s idle; SIMWORKER_SPIN_MARK
          * =FILE: created when the spin begins. */
+        /* SIMWORKER_SPIN_WHEN=FILE: serve so until FILE exists (a spin that begins while a
+         * probe watches); SIMWORKER_SPIN_LOOP=tight|libc: the loop's shape (above). */
         double healthy = getenv("SIMWORKER_HEALTHY_BEFORE_S") ? atof(getenv("SIMWORKER_HEALTHY_BEFORE_S")) : 0;
         double idle = getenv("SIMWORKER_IDLE_BEFORE_S") ? atof(getenv("SIMWORKER_IDLE_BEFORE_S")) : 0;
+        const char *when = getenv("SIMWORKER_SPIN_WHEN");
+        const char *shape = getenv("SIMWORKER_SPIN_LOOP");
         launch(decode);
         cuStreamSynchronize(stream);
-        while (now_s() - start < healthy) {
+        while (now_s() - start < healthy || (when && access(when, F_OK) != 0 && now_s() - start < run_s)) {
             launch(decode);
             cuStreamSynchronize(stream);
             usleep(20000);
@@ -405,7 +437,12 @@ int main(int argc, char **argv) {
             FILE *f = fopen(getenv("SIMWORKER_SPIN_MARK"), "w");
             if (f) fclose(f);
         }
-        wait_for_peers_ready(start + run_s);
+        if (shape && !strcmp(shape, "tight"))
+            wait_for_peers_ready_tight(start + run_s);
+        else if (shape && !strcmp(shape, "libc"))
+            wait_for_peers_ready_libc(start + run_s);
+        else
+            wait_for_peers_ready(start + run_s);
     } else if (!strcmp(mode, "tokenize")) {
         /* Launch-bound decode (a core at 100%, calls returning) for SIMWORKER_HEALTHY_BEFORE_S
          * (default 4), then SIMWORKER_CPU_S (default 2.5) of CPU work in one function with no

@@ -10,6 +10,7 @@ mod prometheus;
 mod report;
 mod shim;
 mod shim_safety;
+mod stall_matrix;
 mod trace;
 mod watch;
 

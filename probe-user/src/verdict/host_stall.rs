@@ -334,6 +334,23 @@ pub fn find(
                 stacks.same_since.insert((pid, t.tid), compared);
                 touched.insert((pid, t.tid));
             }
+            // Busy past the bound with nothing dating it earlier, its stack not yet the same
+            // for SPIN_CONFIRM (a sample caught the loop elsewhere): still undecided, so that
+            // `report`'s grown window watches on rather than ending the tick it reached the
+            // bound with neither a stall nor the thread named.
+            for t in &threads {
+                if t.busy_since_attach
+                    && t.same_stack_ms * 1e6 < SPIN_CONFIRM_NS as f64
+                    && p.threads.get(&t.tid).is_some_and(reportable)
+                {
+                    undecided.push(Undecided {
+                        pid,
+                        tid: t.tid,
+                        name: t.name.clone(),
+                        busy_ms: Some(t.busy_ms),
+                    });
+                }
+            }
             // Reported once a second reading confirms the thread busy, and its stack stayed.
             threads.retain(|t| {
                 p.threads.get(&t.tid).is_some_and(reportable)
@@ -389,10 +406,16 @@ fn signature(t: &SpinningThread) -> Option<Signature> {
                 .collect(),
         )),
         _ if t.native_stack.is_empty() => None,
+        // Outermost first too: a loop that calls into libc at two depths (access(2), then
+        // clock_gettime through the vDSO: one frame more) reads `main` one sample and
+        // `wait_for_peers_ready ← main` the next past its innermost two; compared
+        // innermost-first they differed, and a spinner of six sharing two cores never kept
+        // its stack 0.8 s (the stall matrix test).
         _ => Some(Signature::Native(
             t.native_stack
                 .iter()
                 .skip(2)
+                .rev()
                 .map(|f| f.split('+').next().unwrap_or(f).to_string())
                 .collect(),
         )),
@@ -435,8 +458,8 @@ fn same_since(
         (Some((old @ Signature::Python(_), since)), Some(Signature::Native(_))) => (old, since),
         (Some((Signature::Native(_), since)), Some(new @ Signature::Python(_))) => (new, since),
         (Some((old, since)), Some(new)) if old == new => (old, since),
-        // Python frames, outermost first: the same loop when one is the other's beginning
-        // (the sample caught the loop itself, or a callee); the longer one is kept.
+        // Frames outermost first: the same loop when one is the other's beginning (the
+        // sample caught the loop itself, or a callee); the longer one is kept.
         (Some((Signature::Python(old), since)), Some(Signature::Python(new)))
             if old.starts_with(&new) || new.starts_with(&old) =>
         {
@@ -445,7 +468,14 @@ fn same_since(
                 since,
             )
         }
-        (Some((Signature::Native(old), since)), Some(new)) if old.is_empty() => (new, since),
+        (Some((Signature::Native(old), since)), Some(Signature::Native(new)))
+            if old.starts_with(&new) || new.starts_with(&old) =>
+        {
+            (
+                Signature::Native(if new.len() > old.len() { new } else { old }),
+                since,
+            )
+        }
         (Some(_), Some(new)) => (new, now_ns),
     }
 }
@@ -677,6 +707,40 @@ mod tests {
             None,
         );
         assert_ne!(signature(&a), signature(&c));
+    }
+
+    /// A loop that calls into libc at two depths — access(2) one turn, clock_gettime through
+    /// the vDSO (a frame deeper) the next — keeps one signature outermost-first: one stack is
+    /// the other's beginning. Another function under `main` is another stack.
+    #[test]
+    fn a_native_loop_caught_at_two_depths_is_the_same_stack() {
+        let at = |frames: &[&str]| signature(&thread(frames, None));
+        let access = at(&[
+            "access+0xb (libc.so.6)",
+            "wait_for_peers_ready_libc+0x1e (w)",
+            "main+0x40 (w)",
+            "__libc_start_main+0x85 (libc.so.6)",
+        ]);
+        let clock = at(&[
+            "__vdso_clock_gettime+0x4c ([vdso])",
+            "clock_gettime+0x25 (libc.so.6)",
+            "wait_for_peers_ready_libc+0x31 (w)",
+            "main+0x40 (w)",
+            "__libc_start_main+0x85 (libc.so.6)",
+        ]);
+        let (s, t) = same_since(None, access.clone(), 10);
+        let (s, t) = same_since(Some((s, t)), clock, 20);
+        let (s, t) = same_since(Some((s, t)), access, 30);
+        assert_eq!(t, 10, "one loop: {s:?}");
+        let other = at(&[
+            "memcpy+0x9 (libc.so.6)",
+            "init_layer+0x80 (w)",
+            "load_weights+0x20 (w)",
+            "main+0x40 (w)",
+            "__libc_start_main+0x85 (libc.so.6)",
+        ]);
+        let (_, t) = same_since(Some((s, t)), other, 40);
+        assert_eq!(t, 40, "another function under main");
     }
 
     /// The same sample compared again (every tick re-reads the latest one) does not make the
