@@ -90,6 +90,13 @@ fn wedge_found_after_the_fact_by_stack_scan() {
     assert_eq!(launcher["blocked"], true);
     let syncer = thread(&r, "syncer").expect("syncer found");
     assert_eq!(syncer["api"], "cuStreamSynchronize");
+    // A synchronize spins without yielding: over the window watched that is a measured 0, not
+    // an unknown (the H200's sync-wedge read "not measured" for its whole report).
+    assert_eq!(syncer["sched_yield_measured"], true, "{syncer}");
+    assert!(
+        syncer["sched_yield_per_s"].as_f64().unwrap() < 1.0,
+        "{syncer}"
+    );
     assert!(
         thread(&r, "sim-gpu").is_none(),
         "the driver's own thread is no API call"

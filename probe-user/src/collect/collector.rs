@@ -565,8 +565,15 @@ impl Collector {
     fn read_yields(&mut self) {
         let now = sys::monotonic_ns();
         for (pid, tid) in self.model.threads_needing_yields() {
-            if let Ok(n) = self.yields.get(&tid, 0) {
-                self.model.set_yields(pid, tid, n, now);
+            // No entry: the thread has not yielded since the probes attached (the map is
+            // made at load, an entry at a thread's first yield), which is a measurement of
+            // 0, not an unknown: a synchronize spinning without yields (the H200's sync-wedge)
+            // read "not measured" for its whole report. The map is an LRU of MAX_THREADS
+            // (16,384) target threads; an evicted entry would read as fewer yields, never more.
+            match self.yields.get(&tid, 0) {
+                Ok(n) => self.model.set_yields(pid, tid, n, now),
+                Err(aya::maps::MapError::KeyNotFound) => self.model.set_yields(pid, tid, 0, now),
+                Err(_) => {}
             }
         }
     }

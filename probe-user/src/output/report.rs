@@ -265,7 +265,7 @@ impl Report {
                 }
                 writeln!(
                     out,
-                    "  {:>7} {:>7} {:<16} {:<26} {:>10} {:>9.0} {:<8} {}",
+                    "  {:>7} {:>7} {:<16} {:<26} {:>10} {:>9} {:<8} {}",
                     t.pid,
                     t.tid,
                     t.name,
@@ -275,7 +275,12 @@ impl Report {
                         if t.in_call_at_least { "≥" } else { "" },
                         fmt_duration(t.in_call_ms)
                     ),
-                    t.sched_yield_per_s,
+                    // Not measured yet (a call found by scan, watched < 0.1 s) is "-", never 0.
+                    if t.sched_yield_measured {
+                        format!("{:.0}", t.sched_yield_per_s)
+                    } else {
+                        "-".into()
+                    },
                     t.stream.as_deref().unwrap_or("-"),
                     details.join(", ")
                 )?;
