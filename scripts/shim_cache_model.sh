@@ -4,8 +4,9 @@
 # memory churned between launches (`SIMWORKER_POLLUTE_KB`, the stack kept warm), gap marks off
 # (under valgrind's slowness every launch would follow an idle gap and be marked). Prints the
 # data misses and instructions a launch that fall in the shim's own code, and with --lines the
-# instructions that missed (addresses in the shim; map them with `objdump -d`).
-#   scripts/shim_cache_model.sh [SHIM.so] [--lines]    (default: target/release/libcupti_shim.so)
+# instructions that missed (addresses in the shim; map them with `objdump -d`), with --functions
+# the instructions a launch by function (self cost: where the shim's instructions go).
+#   scripts/shim_cache_model.sh [SHIM.so] [--lines|--functions]    (default: target/release/libcupti_shim.so)
 # Needs valgrind and a release build (`cargo build --release -p cupti-shim -p wp-tests`).
 set -eu
 cd "$(dirname "$0")/.."
@@ -23,7 +24,8 @@ SIMWORKER_POLLUTE_KB=512 WEDGEPROBE_SHIM_MARK_US=60000000 CUDA_INJECTION64_PATH=
 python3 - "$(ls "$OUT"/cg.*-01)" "$(basename "$SHIM")" $N "$LINES" <<'PY'
 import collections, sys
 path, obj_key, n, lines = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "--lines"
-obj = fn = None; call_cost = False; ir = 0; misses = collections.Counter()
+functions = sys.argv[4] == "--functions"
+obj = fn = None; call_cost = False; ir = 0; misses = collections.Counter(); by_fn = collections.Counter()
 for line in open(path):
     line = line.rstrip("\n")
     if line.startswith("ob="): obj = line[3:]; continue
@@ -35,7 +37,12 @@ for line in open(path):
         p = line.split(); v = [int(x) for x in p[1:]] + [0] * 9
         if obj and obj_key in obj:
             ir += v[0]; misses[(p[0], fn)] += v[4] + v[5]   # D1mr + D1mw
+            by_fn[fn] += v[0]
 print(f"{obj_key}: {sum(misses.values()) / n:.1f} data misses and {ir / n:.0f} instructions a launch in the shim")
+if functions:
+    for f, i in by_fn.most_common(25):
+        if i >= n * 2:
+            print(f"  {i / n:7.1f}  {f[:100]}")
 if lines:
     for (a, f), m in sorted(misses.items()):
         if m >= n * 0.3:

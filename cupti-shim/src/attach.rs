@@ -20,30 +20,21 @@
 //! the driver for the first `LATE_CAPTURE_S` seconds; executable graphs instantiated before it
 //! have no node list (their launches are named as graph launches without their kernels).
 
-use std::{
-    panic::{AssertUnwindSafe, catch_unwind},
-    sync::atomic::{AtomicU8, AtomicU64, Ordering::*},
-};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use probe_common::{
     attach::{
         ATTACH_ALREADY, ATTACH_FAILED, ATTACH_HOOKS_REFUSED, ATTACH_MAGIC, ATTACH_NO_JOURNAL,
         ATTACH_NO_LIBCUDA, ATTACH_PREPARED, AttachArgs,
     },
-    journal::{JOURNAL_ATTACHED_LATE, Layout, STATE_ATTACHING, STATE_OFF, STATE_RECORDING},
+    journal::{JOURNAL_ATTACHED_LATE, Layout, STATE_ATTACHING},
 };
 
-use crate::{launch_hooks, marks, recorder};
+use crate::{hooks, marks, record};
 
 /// How long after an attach every launch asks whether its stream is being captured: a capture
 /// that began before the attach is not in the shim's count (captures last milliseconds).
 const LATE_CAPTURE_S: u64 = 10;
-const IDLE: u8 = 0;
-const WAITING: u8 = 1;
-const DONE: u8 = 2;
-
-static PHASE: AtomicU8 = AtomicU8::new(IDLE);
-static DEADLINE_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Called by the thread wedgeprobe took over (see the module doc): prepares everything but
 /// the jumps, lists their code words in `args`, returns `args.status` (`ATTACH_*`).
@@ -75,13 +66,13 @@ pub unsafe extern "C" fn wedgeprobe_shim_attach(args: *mut AttachArgs) -> u32 {
 }
 
 fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
-    if recorder::get().is_some() || launch_hooks::tried() {
+    if record::get().is_some() || hooks::install::tried() {
         return Err((
             ATTACH_ALREADY,
             "the shim is already loaded in this process".into(),
         ));
     }
-    let rec = recorder::start(Layout::DEFAULT)
+    let rec = crate::lifecycle::start(Layout::DEFAULT)
         .map_err(|e| (ATTACH_NO_JOURNAL, format!("cannot create its journal: {e}")))?;
     rec.writer().set_state(STATE_ATTACHING);
     rec.writer().set_flags(JOURNAL_ATTACHED_LATE);
@@ -97,9 +88,10 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
     if let Some(m) = marks::get() {
         m.set_attached_late();
     }
-    launch_hooks::check_captures_until(recorder::monotonic_ns() + LATE_CAPTURE_S * 1_000_000_000);
-    let n = launch_hooks::prepare_for_attach(crate::cupti_backend::hook_resolve(), &mut a.patches)
-        .map_err(|why| {
+    hooks::hot::check_captures_until(crate::clock::monotonic_ns() + LATE_CAPTURE_S * 1_000_000_000);
+    let n =
+        hooks::install::prepare_for_attach(crate::backend::cupti::hook_resolve(), &mut a.patches)
+            .map_err(|why| {
             rec.turn_off();
             let status = if why.contains("not loaded") || why.contains("lacks") {
                 ATTACH_NO_LIBCUDA
@@ -110,42 +102,11 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
             };
             (status, why.to_string())
         })?;
-    DEADLINE_NS.store(a.commit_deadline_ns, Relaxed);
-    PHASE.store(WAITING, Release);
-    crate::cupti_backend::spawn_flush_thread().map_err(|why| {
-        launch_hooks::pass_through(true);
+    hooks::install::await_jumps(a.commit_deadline_ns);
+    crate::backend::cupti::spawn_flush_thread().map_err(|why| {
+        hooks::hot::pass_through(true);
         rec.turn_off();
         (ATTACH_FAILED, why)
     })?;
     Ok(n)
-}
-
-/// The flush thread, every tick: once an attach's jumps are all in place, the journal
-/// records; past the deadline without them, the shim steps aside. One load when there is no
-/// attach under way.
-pub fn tick(rec: &recorder::Recorder) {
-    if PHASE.load(Acquire) != WAITING {
-        return;
-    }
-    let now = recorder::monotonic_ns();
-    let (in_place, all) = launch_hooks::patches_in_place();
-    if in_place == all && all > 0 {
-        rec.writer().set_state(STATE_RECORDING);
-        crate::log_line(
-            format!("attached by wedgeprobe: recording ({all} entry points hooked)").as_bytes(),
-        );
-    } else if now > DEADLINE_NS.load(Relaxed) {
-        launch_hooks::remove();
-        rec.writer().set_state(STATE_OFF);
-        crate::log_line(
-            format!(
-                "attach did not complete ({in_place} of {all} hooks in place by its \
-                 deadline); hooks taken back; shim off"
-            )
-            .as_bytes(),
-        );
-    } else {
-        return;
-    }
-    PHASE.store(DONE, Release);
 }

@@ -21,21 +21,16 @@
 //! and graph node, at the price in BENCHMARKS.md).
 
 pub mod attach;
-mod call_hooks;
-mod code_patch;
-pub mod cupti_backend;
+pub mod backend;
+pub mod clock;
 mod driver;
-mod event_ring;
-mod handle_cache;
+pub mod hooks;
 pub mod journal;
-mod journal_file;
-pub mod launch_hooks;
+mod lifecycle;
 pub mod marks;
 mod measure;
-pub mod recorder;
+pub mod record;
 pub mod self_cost;
-pub mod sim_backend;
-mod thread_state;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -88,7 +83,7 @@ fn init() -> Result<(), String> {
         return Err("disabled by WEDGEPROBE_SHIM".into());
     }
     measure::switches();
-    let rec = recorder::start(layout_from_env())
+    let rec = lifecycle::start(layout_from_env())
         .map_err(|e| format!("cannot create its journal: {e}"))?;
     match std::env::var("WEDGEPROBE_SHIM_RECORD").as_deref() {
         Ok("exact") => {}
@@ -140,11 +135,11 @@ fn init() -> Result<(), String> {
             ));
         }
     }
-    if !sim_backend::attach() {
+    if !backend::sim::attach() {
         // The hook coverage check needs CUPTI's launch callbacks beside the hooks.
         let verify = std::env::var("WEDGEPROBE_SHIM_VERIFY_HOOKS").is_ok_and(|v| v == "1");
         if rec.record_mode() == probe_common::journal::RECORD_MARKS && !verify {
-            match cupti_backend::attach_without_cupti() {
+            match backend::cupti::attach_without_cupti() {
                 Ok(()) => return Ok(()),
                 Err(why) => {
                     let mut line = b"recording through CUPTI callbacks (dearer): ".to_vec();
@@ -153,33 +148,33 @@ fn init() -> Result<(), String> {
                 }
             }
         }
-        return cupti_backend::attach().inspect_err(|_| rec.turn_off());
+        return backend::cupti::attach().inspect_err(|_| rec.turn_off());
     }
     std::thread::Builder::new()
         .name("wedgeprobe-hb".into())
         .spawn(|| {
             loop {
-                if let Some(rec) = recorder::get() {
+                if let Some(rec) = record::get() {
                     if rec.writer().release_requested() {
-                        sim_backend::release();
+                        backend::sim::release();
                     }
                     if rec.take_fallback() {
                         // Per-kernel records carry the driver's ids: it records launches now.
-                        launch_hooks::pass_through(true);
+                        hooks::hot::pass_through(true);
                     }
                     // A lease of per-kernel records: the simulated driver's callbacks record
                     // launches meanwhile (as CUPTI's do), the hooks pass them through.
-                    if launch_hooks::active()
+                    if hooks::hot::active()
                         && rec.record_mode() == probe_common::journal::RECORD_MARKS
-                        && !sim_backend::released()
+                        && !backend::sim::released()
                     {
-                        let leased = rec.writer().per_kernel_leased(recorder::monotonic_ns());
-                        launch_hooks::pass_through(leased);
+                        let leased = rec.writer().per_kernel_leased(crate::clock::monotonic_ns());
+                        hooks::hot::pass_through(leased);
                     }
                     rec.heartbeat();
                 }
                 std::thread::sleep(
-                    recorder::get()
+                    record::get()
                         .map_or(std::time::Duration::from_millis(100), |r| r.flush_period()),
                 );
             }
@@ -200,13 +195,13 @@ pub(crate) fn guarded(f: impl FnOnce()) {
 /// shim was recording.
 #[unsafe(no_mangle)]
 pub extern "C" fn wedgeprobe_shim_release() -> i32 {
-    let Some(rec) = recorder::get() else { return 0 };
+    let Some(rec) = record::get() else { return 0 };
     let was = rec.writer().state() == probe_common::journal::STATE_RECORDING;
     guarded(|| {
-        if sim_backend::attached() {
-            sim_backend::release();
+        if backend::sim::attached() {
+            backend::sim::release();
         } else {
-            cupti_backend::release();
+            backend::cupti::release();
         }
     });
     i32::from(was)

@@ -4,12 +4,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use crate::{launch_hooks, log_line, self_cost};
+use crate::{hooks, log_line, self_cost};
 
 /// Measurement switches (BENCHMARKS.md, the recorder's price), not modes: `WEDGEPROBE_SHIM_MEASURE=pass`
 /// leaves the launch hooks in place but recording nothing (the detour's own price);
-/// `coarse_clock` reads CLOCK_MONOTONIC_COARSE (a jiffy's resolution) instead of
-/// CLOCK_MONOTONIC (the clock read's price); `toggle` lets the process switch recording
+/// `toggle` lets the process switch recording
 /// (`wedgeprobe_shim_measure_pass`); `self_cost` times the shim's own work and prints it at
 /// exit (`crate::self_cost`), `phases` splits it by phase too (dearer: the timer's own reads
 /// are counted); `no_barrier` writes stream marks without the memory fence the driver puts
@@ -22,19 +21,22 @@ pub fn switches() {
     for w in v.split(',').map(str::trim) {
         match w {
             "toggle" => TOGGLE.store(true, Relaxed),
-            "self_cost" => self_cost::enable(),
+            "self_cost" => {
+                self_cost::enable();
+                hooks::hot::self_cost_on();
+            }
             "phases" => {
                 self_cost::enable();
+                hooks::hot::self_cost_on();
                 self_cost::BY_PHASE.store(true, Relaxed);
             }
-            "pass" => launch_hooks::measure_pass(true),
-            "coarse_clock" => launch_hooks::set_clock(libc::CLOCK_MONOTONIC_COARSE),
+            "pass" => hooks::hot::measure_pass(true),
             "no_barrier" => crate::marks::WRITE_FLAGS.store(WRITE_NO_MEMORY_BARRIER, Relaxed),
             "" => continue,
             other => {
                 let line = format!(
                     "WEDGEPROBE_SHIM_MEASURE: `{other}` is not a measurement switch \
-                     (self_cost, phases, pass, coarse_clock, no_barrier, toggle); ignored"
+                     (self_cost, phases, pass, no_barrier, toggle); ignored"
                 );
                 log_line(line.as_bytes());
                 continue;
@@ -64,6 +66,6 @@ pub extern "C" fn wedgeprobe_shim_measure_pass(pass: i32) -> i32 {
     if !TOGGLE.load(Relaxed) {
         return -1;
     }
-    launch_hooks::measure_pass(pass != 0);
+    hooks::hot::measure_pass(pass != 0);
     0
 }

@@ -118,14 +118,13 @@ pub fn tsc() -> u64 {
         core::arch::x86_64::_rdtsc()
     }
     #[cfg(not(target_arch = "x86_64"))]
-    crate::recorder::monotonic_ns()
+    crate::clock::monotonic_ns()
 }
 
 pub fn enable() {
     START_TSC.store(tsc(), Relaxed);
-    START_NS.store(crate::recorder::monotonic_ns(), Relaxed);
+    START_NS.store(crate::clock::monotonic_ns(), Relaxed);
     ON.store(true, Relaxed);
-    crate::launch_hooks::self_cost_on();
 }
 
 /// One hooked launch: `ticks` spent in the shim around the driver's call (marks included).
@@ -157,7 +156,7 @@ pub fn line() -> Option<String> {
         return None;
     }
     let ticks = tsc().wrapping_sub(START_TSC.load(Relaxed)) as f64;
-    let ns = crate::recorder::monotonic_ns().saturating_sub(START_NS.load(Relaxed)) as f64;
+    let ns = crate::clock::monotonic_ns().saturating_sub(START_NS.load(Relaxed)) as f64;
     let per_tick = if ticks > 0.0 { ns / ticks } else { 0.0 };
     let launches = LAUNCHES.load(Relaxed);
     let marks: u64 = MARKS.iter().map(|m| m.load(Relaxed)).sum();

@@ -31,7 +31,7 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx);
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
 /* The callbacks an injection library gets from the simulated driver, at the moments CUPTI
- * would call it (cupti-shim/src/sim_backend.rs mirrors these). Api ids are
+ * would call it (cupti-shim/src/backend/sim.rs mirrors these). Api ids are
  * probe_common::api's: their position in its TABLE. */
 enum {
     SIM_API_LAUNCH_KERNEL = 0,

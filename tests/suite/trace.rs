@@ -288,7 +288,7 @@ fn a_trace_of_a_launch_bound_loop_keeps_every_launch_or_counts_what_it_lost() {
         // At least every launch: once, under load, one launch was kept twice (two correlation
         // ids: the simulated driver's callback recorded a launch its hook had recorded, the
         // pass-through flag flipping between them as the lease began; the callback now asks
-        // the hook, `launch_hooks::hook_records_this_launch`). Not proven the only cause,
+        // the hook, `hooks::launch::hook_records_this_launch`). Not proven the only cause,
         // so not an equality.
         assert!(launches >= LAUNCHES, "{summary}");
         assert!(summary.contains("no journal record lost"), "{summary}");

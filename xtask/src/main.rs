@@ -122,6 +122,8 @@ fn test() -> anyhow::Result<()> {
         .args(units.iter().flat_map(|p| ["-p", p])))?;
     // probe-user's shape (no import circles, no mutable globals): a test of its sources.
     run(cargo().args(["test", "-p", "probe-user", "--test", "layers"]))?;
+    // The shim's too: its stages look only down (cupti-shim/tests/layers.rs).
+    run(cargo().args(["test", "-p", "cupti-shim", "--test", "layers"]))?;
     run(cargo().args([
         "test",
         "-p",

@@ -1,7 +1,7 @@
 //! The journal's stream marks: per stream, the correlation id through which its kernels have
 //! completed, as the stream itself reports it (see `crate::marks` for when marks are
 //! enqueued). A stream write mark's progress word is written by the GPU in pinned process
-//! memory; an event mark's progress is found by the flush thread's poll (`crate::event_ring`)
+//! memory; an event mark's progress is found by the flush thread's poll (`crate::marks::events`)
 //! and noted in `done_seen`. The flush thread copies the higher of the two into the stream's
 //! `MarkSlot` with the time it first saw the value, and launches read them directly to reuse
 //! in-flight slots of retired launches.

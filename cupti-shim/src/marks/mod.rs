@@ -1,7 +1,7 @@
 //! Stream progress marks: how the shim learns that kernels completed without a per-kernel
 //! completion record. After a launch, when the stream has had `every` launches or `us` µs
 //! since its last mark, the shim enqueues a mark of the launch's correlation id on the
-//! stream: an event record (`crate::event_ring`: the flush thread's poll finds the newest
+//! stream: an event record (`crate::marks::events`: the flush thread's poll finds the newest
 //! passed), or `cuStreamWriteValue64(stream, word, correlation)` (the GPU writes the id into
 //! pinned host memory once everything before it on the stream has run) where events are not
 //! ready or not wanted (`WEDGEPROBE_SHIM_MARK_WITH=write`). Everything up to a passed mark has
@@ -54,12 +54,10 @@ use std::{
     },
 };
 
-use crate::{
-    driver,
-    event_ring::{Recorded, Ring},
-    journal::Writer,
-    self_cost::Reason,
-};
+pub mod events;
+
+use self::events::{Recorded, Ring};
+use crate::{driver, journal::Writer, self_cost::Reason};
 
 /// `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP` (cuda.h).
 const HOST_ALLOC_FLAGS: u32 = 0x01 | 0x02;
@@ -97,7 +95,7 @@ pub struct Cadence {
 /// A stream's last launch is marked by the flush thread once it is this old.
 const IDLE_NS: u64 = 100_000_000;
 
-/// Streams that get event rings (each `event_ring::RING` events); the rest mark with stream
+/// Streams that get event rings (each `events::RING` events); the rest mark with stream
 /// writes. Serving processes use a handful of streams per device.
 const MAX_RINGS: u32 = 32;
 
@@ -229,8 +227,8 @@ fn debug(args: std::fmt::Arguments) {
 }
 
 pub fn get() -> Option<&'static Marks> {
-    if crate::recorder::forked() {
-        return None; // a forked child records nothing (`recorder::forked`)
+    if crate::journal::file::forked() {
+        return None; // a forked child records nothing (`record::forked`)
     }
     MARKS.get()
 }

@@ -15,7 +15,7 @@
 //! otherwise raise SIGXFSZ (fatal by default). The size is then sealed, so nobody — the
 //! reader, a stray `ftruncate` — can cut the file short under either side's mapping.
 //!
-//! Fork: `forked_child` (registered with `pthread_atfork` by the recorder) replaces the
+//! Fork: `forked_child` (registered with `pthread_atfork` by `crate::lifecycle`) replaces the
 //! child's view of the journal with private zeroed memory and closes its descriptor: the
 //! child never writes into its parent's journal, whatever runs in it, and has none of its own
 //! (a process that used CUDA before fork cannot use it in the child).
@@ -25,7 +25,7 @@
 use std::{
     io,
     ptr::NonNull,
-    sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed},
+    sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::Relaxed},
 };
 
 /// The mapping and its descriptor, for the fork handler (which may not allocate or lock).
@@ -144,12 +144,22 @@ fn fsize_limit_allows(len: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Set in a forked child (`forked_child`): this process is not the one the journal records.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is a child forked from the one that made the journal: it records
+/// nothing, and nothing of it may touch the parent's journal.
+pub fn forked() -> bool {
+    FORKED.load(Relaxed)
+}
+
 /// In a forked child (a `pthread_atfork` child handler; only the forking thread exists):
 /// the parent's journal is replaced, at the same address, by private zeroed memory, and the
 /// inherited descriptor is closed. Whatever the child still runs (a hook, an atexit handler)
 /// then writes only its own memory: the parent's journal is never written, never marked off.
 /// Only syscalls: nothing here allocates or locks.
 pub fn forked_child() {
+    FORKED.store(true, Relaxed);
     let (base, len) = (BASE.load(Relaxed), LEN.load(Relaxed));
     if base != 0 && len != 0 {
         // SAFETY: replaces exactly the journal's own mapping (made by `create`) in this

@@ -11,7 +11,8 @@
 
 use std::cell::Cell;
 
-use crate::{handle_cache::HandleCache, journal::Lines, marks::Pending};
+use super::handles::HandleCache;
+use crate::{journal::Lines, marks::Pending};
 
 /// `ThreadState::slot`: not claimed yet / none left in the journal.
 pub const SLOT_UNCLAIMED: u32 = u32::MAX;
@@ -96,6 +97,24 @@ pub fn with<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
 }
 
 impl ThreadState {
+    /// The device of a launch's context, which is current during the launch call (cached per
+    /// thread: cuCtxGetDevice once per context).
+    #[inline]
+    pub fn device_of(&self, ctx: usize) -> u32 {
+        let (cached_ctx, dev) = self.device.get();
+        if cached_ctx == ctx && cached_ctx != 0 {
+            return dev;
+        }
+        let mut d = 0i32;
+        let ok = crate::driver::driver()
+            .ctx_get_device
+            // SAFETY: an out-pointer; the launch's context is current.
+            .is_some_and(|f| unsafe { f(&mut d) } == 0);
+        let dev = if ok { d.max(0) as u32 } else { 0 };
+        self.device.set((ctx, dev));
+        dev
+    }
+
     /// This thread's id, read once.
     #[inline]
     pub fn tid(&self) -> u32 {

@@ -13,9 +13,10 @@ use std::{
 use probe_common::journal::{RECORD_MARKS, STATE_RELEASED};
 
 use crate::{
+    clock::monotonic_ns,
     guarded,
     journal::{Completion, Launch},
-    recorder::{self, monotonic_ns},
+    record::{self},
 };
 
 #[repr(C)]
@@ -58,18 +59,18 @@ pub fn release() {
     if RELEASED.swap(true, Ordering::AcqRel) {
         return;
     }
-    crate::launch_hooks::remove();
-    if let Some(rec) = recorder::get() {
+    crate::hooks::install::remove();
+    if let Some(rec) = record::get() {
         rec.writer().set_state(STATE_RELEASED);
     }
     crate::log_line(b"released CUPTI for another tool; recording stopped");
 }
 
-fn recording() -> Option<&'static recorder::Recorder> {
+fn recording() -> Option<&'static record::Recorder> {
     if RELEASED.load(Ordering::Relaxed) {
         None
     } else {
-        recorder::get()
+        record::get()
     }
 }
 
@@ -86,9 +87,9 @@ pub fn attach() -> bool {
         unsafe { std::mem::transmute::<*mut c_void, _>(sym) };
     subscribe(&CALLBACKS);
     ATTACHED.store(true, Ordering::Release);
-    if recorder::get().is_some_and(|r| r.record_mode() == RECORD_MARKS)
-        && let Err(why) = crate::launch_hooks::install(
-            crate::launch_hooks::Resolve {
+    if record::get().is_some_and(|r| r.record_mode() == RECORD_MARKS)
+        && let Err(why) = crate::hooks::install::install(
+            crate::hooks::hot::Resolve {
                 stream_id: sim_stream_id,
                 graph_id: |_| 0,
                 context: Some(|_| sim_context()),
@@ -134,8 +135,8 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
         sim_context();
         // A launch the hooks recorded: what CUPTI's callbacks do when the hooks are in place
         // (their launch callbacks are off).
-        let hooked = (!launch.is_null() && crate::launch_hooks::hook_records_this_launch())
-            || crate::call_hooks::covers(api);
+        let hooked = (!launch.is_null() && crate::hooks::launch::hook_records_this_launch())
+            || crate::hooks::calls::covers(api);
         LEFT_TO_HOOKS.with(|l| l.set(hooked));
         if hooked {
             return;

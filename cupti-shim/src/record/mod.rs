@@ -13,11 +13,15 @@ use std::sync::{
 
 use probe_common::journal::{Layout, RECORD_MARKS, RECORD_PER_KERNEL, STATE_OFF};
 
+mod handles;
+pub(crate) mod thread;
+
+use self::thread::{SLOT_NONE, SLOT_UNCLAIMED, ThreadState};
 use crate::{
+    clock::monotonic_ns,
+    journal::file::JournalFile,
     journal::{Completion, Launch, Writer},
-    journal_file::JournalFile,
-    marks::{self, Pending},
-    thread_state::{self, SLOT_NONE, SLOT_UNCLAIMED, ThreadState},
+    marks::{self, Marks, Pending},
 };
 
 /// In C order: the writer's hot line first, the id counter (a locked add every launch) right
@@ -33,6 +37,9 @@ pub struct Recorder {
     /// one word per entry, indexed by CUPTI's id, holding a check of it (high 24 bits) and
     /// our id (low 40 bits). An entry is overwritten after `CORRELATION_MAP` later ids.
     correlation_map: Box<[AtomicU64]>,
+    /// The launch hooks are in place (`crate::hooks::install`): every journal id is ours, and
+    /// CUPTI's are translated (`own_correlation`, `mapped`).
+    own_ids: AtomicBool,
     /// Marks could not work here (no pinned memory, no stream-ordered write): the backend is
     /// to switch per-kernel completion records on (its flush thread polls this).
     fallback_wanted: AtomicBool,
@@ -56,23 +63,6 @@ fn name_check(name: &[u8]) -> u64 {
     u64::from_le_bytes(w) ^ ((name.len() as u64) << 56)
 }
 
-/// `launch_hooks::clock_id`'s clock: kept in the hooks' hot line, which a launch reads anyway.
-#[inline]
-pub fn monotonic_ns() -> u64 {
-    clock(crate::launch_hooks::clock_id())
-}
-
-#[inline]
-fn clock(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer and a clock that exists on Linux.
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Creates the process's journal; `Err` (with the reason) turns the shim off.
 pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
     if let Some(r) = RECORDER.get() {
@@ -82,7 +72,10 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
     let pid = unsafe { libc::getpid() } as u32;
     let file = JournalFile::create(layout.total_size() as usize)?;
     // The clock pair is taken back to back, so other nodes' journals can be aligned.
-    let (mono, real) = (clock(libc::CLOCK_MONOTONIC), clock(libc::CLOCK_REALTIME));
+    let (mono, real) = (
+        crate::clock::read(libc::CLOCK_MONOTONIC),
+        crate::clock::read(libc::CLOCK_REALTIME),
+    );
     // SAFETY: the mapping is page-aligned, zero-filled, total_size long, and lives in the
     // same Recorder as the writer.
     let writer = unsafe { Writer::create(file.base(), layout, pid, mono, real) };
@@ -90,58 +83,17 @@ pub fn start(layout: Layout) -> std::io::Result<&'static Recorder> {
         writer,
         next_correlation: AtomicU64::new(1),
         correlation_map: (0..CORRELATION_MAP).map(|_| AtomicU64::new(0)).collect(),
+        own_ids: AtomicBool::new(false),
         fallback_wanted: AtomicBool::new(false),
         cpu: std::sync::Mutex::new(Default::default()),
         _file: file,
     });
-    // The recorder is never dropped (callbacks may run until the very end): the journal is
-    // marked off at exit, and its memory goes with the process (a memfd: nothing is left
-    // behind, not even after a SIGKILL).
-    // SAFETY: registering plain extern "C" fns, once (RECORDER is set once).
-    unsafe {
-        libc::atexit(off_at_exit);
-        libc::pthread_atfork(None, None, Some(forked_child));
-    }
     Ok(rec)
-}
-
-/// Set in a forked child (`forked_child`): this process is not the one the journal records.
-static FORKED: AtomicBool = AtomicBool::new(false);
-
-/// Whether this process is a child forked from the one that made the journal: it records
-/// nothing (`journal_file::forked_child` says why and what it gets).
-pub fn forked() -> bool {
-    FORKED.load(Ordering::Relaxed)
-}
-
-/// `pthread_atfork`'s child handler: launches pass through unrecorded, and the journal's
-/// memory is the child's own private copy from here on.
-extern "C" fn forked_child() {
-    FORKED.store(true, Ordering::Relaxed);
-    crate::launch_hooks::pass_through(true);
-    crate::journal_file::forked_child();
-}
-
-extern "C" fn off_at_exit() {
-    if forked() {
-        // A forked child's exit (its atexit handlers run): the parent still records.
-        return;
-    }
-    if let Some(line) = crate::launch_hooks::coverage_line() {
-        crate::log_line(&line);
-    }
-    if let Some(line) = crate::self_cost::line() {
-        crate::log_line(line.as_bytes());
-    }
-    crate::launch_hooks::remove();
-    if let Some(rec) = RECORDER.get() {
-        rec.writer.set_state(STATE_OFF);
-    }
 }
 
 /// The process's recorder; none in a forked child (`forked`).
 pub fn get() -> Option<&'static Recorder> {
-    if forked() {
+    if crate::journal::file::forked() {
         return None;
     }
     RECORDER.get()
@@ -172,6 +124,11 @@ impl Recorder {
         }
     }
 
+    /// The launch hooks are in place from now: journal ids are the recorder's own.
+    pub fn own_ids_from_now(&self) {
+        self.own_ids.store(true, Ordering::Release);
+    }
+
     /// The next correlation id of the recorder's own (launch hooks in place).
     pub fn next_correlation(&self) -> u64 {
         self.next_correlation.fetch_add(1, Ordering::Relaxed)
@@ -181,7 +138,7 @@ impl Recorder {
     /// with id `theirs`: while the launch hooks are in place, a new id of ours, remembered for
     /// `mapped`; otherwise `theirs`.
     pub fn own_correlation(&self, theirs: u64) -> u64 {
-        if !crate::launch_hooks::active() {
+        if !self.own_ids.load(Ordering::Acquire) {
             return theirs;
         }
         let ours = self.next_correlation() & ((1 << OUR_ID_BITS) - 1);
@@ -193,7 +150,7 @@ impl Recorder {
     /// Our id for `theirs` given by `own_correlation` (`None`: not one we mapped, or
     /// overwritten since). Without launch hooks ids are not translated.
     pub fn mapped(&self, theirs: u64) -> Option<u64> {
-        if !crate::launch_hooks::active() {
+        if !self.own_ids.load(Ordering::Acquire) {
             return Some(theirs);
         }
         let w =
@@ -204,7 +161,7 @@ impl Recorder {
 
     /// The calling thread enters a driver/runtime API call (`probe_common::api` id).
     pub fn api_enter(&self, api: u32, correlation: u64, now_ns: u64) {
-        thread_state::with(|t| self.api_enter_in(t, api, correlation, now_ns));
+        thread::with(|t| self.api_enter_in(t, api, correlation, now_ns));
     }
 
     /// `api_enter` with the calling thread's state in hand.
@@ -219,13 +176,13 @@ impl Recorder {
     /// marked stream gets its mark here — before the thread's slot says "out of the call", so
     /// a mark that waits for room in a full queue shows as the launch still blocked.
     pub fn api_exit(&self, ok: bool) {
-        thread_state::with(|t| self.api_exit_in(t, ok));
+        thread::with(|t| self.api_exit_in(t, ok, marks::get()));
     }
 
-    /// `api_exit` with the calling thread's state in hand.
-    pub fn api_exit_in(&self, t: &ThreadState, ok: bool) {
+    /// `api_exit` with the calling thread's state and the process's marks in hand.
+    pub fn api_exit_in(&self, t: &ThreadState, ok: bool, marks: Option<&Marks>) {
         if let Some((correlation, graph, pending)) = t.pending.take()
-            && let Some(m) = crate::launch_hooks::hot_marks()
+            && let Some(m) = marks
         {
             if graph {
                 m.after_graph_launch(&self.writer, pending, correlation, ok);
@@ -271,15 +228,15 @@ impl Recorder {
     /// must be a handle valid for the launching thread (the per-thread default stream as
     /// `marks::STREAM_PER_THREAD`): marks are written to it.
     pub fn launch_keyed(&self, name: &[u8], key: usize, launch: Launch, ctx: u64) {
-        thread_state::with(|t| {
+        thread::with(|t| {
             let name_id = self.name_id(t, name, key);
-            self.launch_named_in(t, name_id, launch, ctx, None);
+            self.launch_named_in(t, name_id, launch, ctx, None, marks::get());
         });
     }
 
     /// `launch_keyed` with the name already interned (the launch hooks cache name ids) and
     /// the calling thread's state in hand; `mark_slot`: the stream's journal mark slot when
-    /// the caller has it cached.
+    /// the caller has it cached; `marks`: the process's marks (the hooks keep them at hand).
     #[inline]
     pub fn launch_named_in(
         &self,
@@ -288,6 +245,7 @@ impl Recorder {
         mut launch: Launch,
         ctx: u64,
         mark_slot: Option<u32>,
+        marks: Option<&Marks>,
     ) {
         launch.name_id = name_id;
         launch.tid = t.tid();
@@ -297,7 +255,7 @@ impl Recorder {
         }
         let stream_slot =
             mark_slot.or_else(|| self.mark_slot_of(launch.stream_id, launch.device, launch.stream));
-        let pending = self.mark_decision(&mut launch, ctx, stream_slot);
+        let pending = self.mark_decision(&mut launch, ctx, stream_slot, marks);
         if t.pre_attach_taken.take() {
             // The launch's id went to the record of the stream's work from before an attach:
             // the thread's slot names its new one.
@@ -329,11 +287,12 @@ impl Recorder {
         launch: &mut Launch,
         ctx: u64,
         stream_slot: Option<u32>,
+        marks: Option<&Marks>,
     ) -> Option<Pending> {
         if self.writer.record_mode() != RECORD_MARKS {
             return None;
         }
-        let m = crate::launch_hooks::hot_marks()?;
+        let m = marks?;
         let slot = stream_slot?;
         launch.mark = slot + 1;
         // The context a stream's launches run in: the flush thread's idle marks need it.
@@ -378,7 +337,7 @@ impl Recorder {
     fn pre_attach_record(&self, slot: u32, launch: &mut Launch) -> u64 {
         let pre = launch.correlation;
         launch.correlation = self.next_correlation();
-        thread_state::with(|t| t.pre_attach_taken.set(true));
+        thread::with(|t| t.pre_attach_taken.set(true));
         self.writer.launch(
             &Launch {
                 correlation: pre,
@@ -443,7 +402,7 @@ impl Recorder {
     /// is that launch, captured: it takes the launch's kernel, and the launch leaves the
     /// in-flight table (it will never run as itself). Otherwise `name` resolves its kernel.
     pub fn graph_kernel_node(&self, node_id: u64, graph_id: u32, name: impl FnOnce() -> Vec<u8>) {
-        let (correlation, launch_name) = thread_state::with(|t| t.in_launch.get());
+        let (correlation, launch_name) = thread::with(|t| t.in_launch.get());
         let name_id = if correlation != 0 {
             self.writer.captured(correlation, monotonic_ns());
             launch_name
@@ -456,7 +415,7 @@ impl Recorder {
     /// A graph node was created: inside a launch call, that launch is being captured and
     /// leaves the in-flight table (it will never run as itself).
     pub fn captured_if_in_launch(&self) {
-        let (correlation, _) = thread_state::with(|t| t.in_launch.get());
+        let (correlation, _) = thread::with(|t| t.in_launch.get());
         if correlation != 0 {
             self.writer.captured(correlation, monotonic_ns());
         }
@@ -480,7 +439,7 @@ impl Recorder {
                 &self.writer,
                 stream,
                 correlation,
-                thread_state::with(ThreadState::tid),
+                thread::with(ThreadState::tid),
             );
         }
     }

@@ -19,6 +19,7 @@ use probe_common::journal::{
 };
 
 pub mod cpu;
+pub mod file;
 mod graphs;
 mod marks;
 
@@ -106,7 +107,7 @@ pub struct Writer {
     /// The highest progress value seen per mark word, in ordinary process memory: whether a
     /// slot's old launch is retired is usually answered here. The pinned word itself is
     /// written by the GPU over PCIe, so reading it after each mark is a cache miss. Marks
-    /// recorded as events (`crate::event_ring`) report their progress here directly.
+    /// recorded as events (`crate::marks::events`) report their progress here directly.
     done_seen: Box<[AtomicU64]>,
     /// The GPU-written progress words of the streams' marks (`marks_cap` of them, process
     /// memory pinned for the device; null until the first mark). A launch reuses an in-flight

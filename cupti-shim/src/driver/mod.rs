@@ -2,7 +2,7 @@
 //! process (never loading one): the kernel of a graph kernel node that was added explicitly
 //! (`cuGraphAddKernelNode`) rather than captured from a launch, whose name no launch callback
 //! carried (called from CUPTI's node-created resource callback — graph construction, not the
-//! launch path); and the stream progress marks (`crate::marks`, `crate::event_ring`): pinned
+//! launch path); and the stream progress marks (`crate::marks`, `crate::marks::events`): pinned
 //! memory the GPU can write, the stream-ordered write itself, and events.
 
 use std::{
@@ -34,7 +34,7 @@ pub type ExchangeCaptureMode = unsafe extern "C" fn(*mut u32) -> u32;
 pub type CtxPush = unsafe extern "C" fn(*mut c_void) -> u32;
 pub type CtxPop = unsafe extern "C" fn(*mut *mut c_void) -> u32;
 /// `cuEventCreate(&event, flags)`, `cuEventRecord(event, stream)`, `cuEventQuery(event)`,
-/// `cuEventDestroy_v2(event)`: the stream marks' cheaper primitive (`crate::event_ring`).
+/// `cuEventDestroy_v2(event)`: the stream marks' cheaper primitive (`crate::marks::events`).
 pub type EventCreate = unsafe extern "C" fn(*mut *mut c_void, u32) -> u32;
 pub type EventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
 pub type EventQuery = unsafe extern "C" fn(*mut c_void) -> u32;
@@ -185,22 +185,4 @@ pub fn kernel_node_name(node: CUgraphNode) -> Vec<u8> {
     }
     // SAFETY: the driver returns a NUL-terminated name it owns.
     unsafe { CStr::from_ptr(name) }.to_bytes().to_vec()
-}
-
-/// The device of a launch's context, which is current during the launch call (cached per
-/// thread: cuCtxGetDevice once per context).
-#[inline]
-pub fn device_of(t: &crate::thread_state::ThreadState, ctx: usize) -> u32 {
-    let (cached_ctx, dev) = t.device.get();
-    if cached_ctx == ctx && cached_ctx != 0 {
-        return dev;
-    }
-    let mut d = 0i32;
-    let ok = driver()
-        .ctx_get_device
-        // SAFETY: an out-pointer; the launch's context is current.
-        .is_some_and(|f| unsafe { f(&mut d) } == 0);
-    let dev = if ok { d.max(0) as u32 } else { 0 };
-    t.device.set((ctx, dev));
-    dev
 }

@@ -39,9 +39,10 @@ use probe_common::{
 };
 
 use crate::{
+    clock::monotonic_ns,
     guarded,
     journal::{Completion, Launch},
-    recorder::{self, monotonic_ns},
+    record::{self},
 };
 
 static CUPTI: OnceLock<Cupti> = OnceLock::new();
@@ -194,13 +195,13 @@ pub fn attach() -> Result<(), String> {
     let c = CUPTI.get_or_init(|| cupti);
     RESOLVED.get_or_init(resolve);
     let skip = measurement_skip();
-    let marks = recorder::get().is_some_and(|r| r.record_mode() == RECORD_MARKS);
+    let marks = record::get().is_some_and(|r| r.record_mode() == RECORD_MARKS);
     let late = LATE.load(Ordering::Acquire);
     if marks
         && !late
-        && !crate::launch_hooks::tried()
-        && let Err(why) = crate::launch_hooks::install(
-            crate::launch_hooks::Resolve {
+        && !crate::hooks::install::tried()
+        && let Err(why) = crate::hooks::install::install(
+            crate::hooks::hot::Resolve {
                 stream_id: stream_id_of,
                 graph_id: graph_id_of,
                 context: None,
@@ -230,12 +231,12 @@ pub fn attach() -> Result<(), String> {
             (c.cuptiSubscribe)(&mut sub, Some(on_api), std::ptr::null_mut()),
         )?;
         SUBSCRIBER.store(sub as usize, Ordering::Release);
-        let verify = crate::launch_hooks::active()
+        let verify = crate::hooks::hot::active()
             && std::env::var("WEDGEPROBE_SHIM_VERIFY_HOOKS").is_ok_and(|v| v == "1");
-        crate::launch_hooks::VERIFY.store(verify, Ordering::Relaxed);
+        crate::hooks::coverage::VERIFY.store(verify, Ordering::Relaxed);
         for &(cbid, name) in CBIDS {
             // Late (after recording without CUPTI): the call hooks record synchronizes.
-            let hooked = (is_launch(name) && crate::launch_hooks::active() && !verify)
+            let hooked = (is_launch(name) && crate::hooks::hot::active() && !verify)
                 || (late && !is_launch(name));
             if skip.iter().any(|s| s.skips(name)) || hooked {
                 continue;
@@ -280,9 +281,9 @@ pub fn attach() -> Result<(), String> {
             let mut per_kernel = false;
             loop {
                 std::thread::sleep(
-                    recorder::get().map_or(Duration::from_millis(100), |r| r.flush_period()),
+                    record::get().map_or(Duration::from_millis(100), |r| r.flush_period()),
                 );
-                let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
+                let (Some(c), Some(rec)) = (CUPTI.get(), record::get()) else {
                     continue;
                 };
                 if rec.writer().release_requested() {
@@ -350,20 +351,20 @@ pub fn attach() -> Result<(), String> {
 static LATE: AtomicBool = AtomicBool::new(false);
 
 /// The default with stream marks: everything recorded through hooks on libcuda's entry points
-/// (`crate::launch_hooks`, `crate::call_hooks`), CUPTI not loaded — initialising it at all
+/// (`crate::launch_hooks`, `crate::hooks::calls`), CUPTI not loaded — initialising it at all
 /// cost ~12–18% on the launch-bound graph loop (BENCHMARKS.md). CUPTI is attached later only
 /// if per-kernel records are wanted (a `trace` lease, or marks failing). `Err`: the hooks
 /// could not be installed (the caller records through CUPTI instead).
 pub fn attach_without_cupti() -> Result<(), String> {
-    crate::launch_hooks::install(hook_resolve(), true).map_err(str::to_string)?;
+    crate::hooks::install::install(hook_resolve(), true).map_err(str::to_string)?;
     spawn_flush_thread()
 }
 
 /// How the launch hooks name streams and graphs when CUPTI is not loaded.
-pub fn hook_resolve() -> crate::launch_hooks::Resolve {
-    crate::launch_hooks::Resolve {
+pub fn hook_resolve() -> crate::hooks::hot::Resolve {
+    crate::hooks::hot::Resolve {
         stream_id: driver_stream_id,
-        graph_id: |exec| crate::call_hooks::exec_id(exec),
+        graph_id: |exec| crate::hooks::calls::exec_id(exec),
         context: None,
     }
 }
@@ -378,12 +379,12 @@ pub fn spawn_flush_thread() -> Result<(), String> {
             let mut told = false;
             loop {
                 std::thread::sleep(
-                    recorder::get().map_or(Duration::from_millis(100), |r| r.flush_period()),
+                    record::get().map_or(Duration::from_millis(100), |r| r.flush_period()),
                 );
-                let Some(rec) = recorder::get() else { continue };
+                let Some(rec) = record::get() else { continue };
                 if rec.writer().release_requested() && !RELEASED.swap(true, Ordering::AcqRel) {
                     // Nothing of CUPTI to give back: the hooks step aside, the journal says so.
-                    crate::launch_hooks::remove();
+                    crate::hooks::install::remove();
                     rec.writer().set_state(STATE_RELEASED);
                     crate::log_line(b"released: recording stopped (CUPTI was never loaded)");
                 }
@@ -403,7 +404,7 @@ pub fn spawn_flush_thread() -> Result<(), String> {
                         Err(_) => {}
                     }
                 }
-                crate::attach::tick(rec);
+                crate::hooks::install::attach_tick(rec);
                 rec.heartbeat();
             }
         })
@@ -429,7 +430,7 @@ pub fn release() {
     if RELEASED.swap(true, Ordering::AcqRel) {
         return;
     }
-    crate::launch_hooks::remove();
+    crate::hooks::install::remove();
     let Some(c) = CUPTI.get() else { return };
     // SAFETY: documented CUPTI calls; the subscriber handle is the one cuptiSubscribe gave.
     unsafe {
@@ -441,7 +442,7 @@ pub fn release() {
         }
         (c.cuptiFinalize)();
     }
-    if let Some(rec) = recorder::get() {
+    if let Some(rec) = record::get() {
         rec.writer().set_state(STATE_RELEASED);
     }
     crate::log_line(b"released CUPTI for another tool; recording stopped");
@@ -482,7 +483,7 @@ unsafe fn activity_machinery(c: &Cupti) -> Result<(), String> {
 /// in between is recorded twice, never missed. On the flush thread only.
 fn per_kernel_records(c: &Cupti, on: bool) -> Result<(), String> {
     let sub = SUBSCRIBER.load(Ordering::Acquire) as CUpti_SubscriberHandle;
-    let hooks = crate::launch_hooks::active();
+    let hooks = crate::hooks::hot::active();
     let launch_callbacks = |enable: u32| {
         for &(cbid, name) in CBIDS {
             if is_launch(name) && !sub.is_null() {
@@ -501,11 +502,11 @@ fn per_kernel_records(c: &Cupti, on: bool) -> Result<(), String> {
             )?;
             if hooks {
                 launch_callbacks(1);
-                crate::launch_hooks::pass_through(true);
+                crate::hooks::hot::pass_through(true);
             }
         } else {
             if hooks {
-                crate::launch_hooks::pass_through(false);
+                crate::hooks::hot::pass_through(false);
                 launch_callbacks(0);
             }
             (c.cuptiActivityFlushAll)(FLUSH_FORCED);
@@ -589,17 +590,17 @@ unsafe extern "C" fn on_api(
         // SAFETY: at the exit, the driver domain's return value is a CUresult.
         let ok = exit
             && unsafe { d.functionReturnValue.cast::<u32>().as_ref() }.is_some_and(|r| *r == 0);
-        if crate::launch_hooks::VERIFY.load(Ordering::Relaxed)
-            && crate::launch_hooks::recording()
+        if crate::hooks::coverage::VERIFY.load(Ordering::Relaxed)
+            && crate::hooks::hot::recording()
             && api_of(cbid).is_some_and(|(api, _)| {
                 probe_common::api::class(api) == Some(probe_common::api::ApiClass::Launch)
             })
         {
             // The coverage check: counted, not recorded (the hook recorded it, or nobody).
             if !exit {
-                crate::launch_hooks::SEEN_BY_CUPTI.fetch_add(1, Ordering::Relaxed);
-                if !crate::launch_hooks::inside() {
-                    crate::launch_hooks::MISSED_BY_HOOKS.fetch_add(1, Ordering::Relaxed);
+                crate::hooks::coverage::SEEN_BY_CUPTI.fetch_add(1, Ordering::Relaxed);
+                if !crate::hooks::launch::inside() {
+                    crate::hooks::coverage::MISSED_BY_HOOKS.fetch_add(1, Ordering::Relaxed);
                 }
             }
             return;
@@ -613,7 +614,7 @@ unsafe extern "C" fn on_api(
             }
             return;
         };
-        let Some(rec) = recorder::get() else {
+        let Some(rec) = record::get() else {
             return;
         };
         if exit {
@@ -664,9 +665,7 @@ unsafe extern "C" fn on_api(
                 launch_ns: now,
                 stream,
                 stream_id,
-                device: crate::thread_state::with(|t| {
-                    crate::driver::device_of(t, d.context as usize)
-                }),
+                device: crate::record::thread::with(|t| t.device_of(d.context as usize)),
                 api,
                 grid,
                 block,
@@ -681,7 +680,7 @@ unsafe extern "C" fn on_api(
 
 /// Graph construction and instantiation: fills the journal's graph table.
 unsafe fn on_resource(cbid: u32, data: *const CUpti_ResourceData) {
-    let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
+    let (Some(c), Some(rec)) = (CUPTI.get(), record::get()) else {
         return;
     };
     if cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED {
@@ -694,13 +693,13 @@ unsafe fn on_resource(cbid: u32, data: *const CUpti_ResourceData) {
     if cbid == CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING
         || cbid == CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING
     {
-        crate::launch_hooks::handles_changed();
+        crate::hooks::hot::handles_changed();
         return;
     }
     if cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING
         || cbid == CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING
     {
-        crate::launch_hooks::handles_changed();
+        crate::hooks::hot::handles_changed();
         // SAFETY: valid during the callback; for these ids `resourceHandle` is the stream.
         if let (Some(d), Some(m)) = (unsafe { data.as_ref() }, crate::marks::get()) {
             let stream = if cbid == CUPTI_CBID_RESOURCE_STREAM_DESTROY_STARTING {
@@ -875,7 +874,7 @@ unsafe extern "C" fn buffer_completed(
     valid: usize,
 ) {
     guarded(|| {
-        let (Some(c), Some(rec)) = (CUPTI.get(), recorder::get()) else {
+        let (Some(c), Some(rec)) = (CUPTI.get(), record::get()) else {
             return;
         };
         let mut record: *mut CUpti_Activity = std::ptr::null_mut();

@@ -23,7 +23,8 @@ use std::{
 
 use probe_common::{api, journal::ALL_STREAMS};
 
-use crate::{driver, launch_hooks, marks, recorder};
+use super::hot;
+use crate::{driver, marks, record};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
@@ -116,7 +117,7 @@ pub fn installed(i: usize, trampoline: usize) {
 
 /// Whether a call hook records API `api` now.
 pub fn covers(api: u32) -> bool {
-    launch_hooks::recording()
+    hot::recording()
         && COVERED
             .get(api as usize)
             .is_some_and(|c| c.load(Ordering::Relaxed))
@@ -129,7 +130,7 @@ fn before(i: usize, a: [usize; 6]) -> Token {
     // Bookkeeping (teardown, captures, graphs) whenever the hooks are in place, a lease
     // included: CUPTI attached late leaves it to them. Recording the call only while the
     // hooks record.
-    if !launch_hooks::active() {
+    if !hot::active() {
         return (0, false);
     }
     let Some(&(_, kind)) = CALLS.get(i) else {
@@ -137,33 +138,31 @@ fn before(i: usize, a: [usize; 6]) -> Token {
     };
     match kind {
         Kind::StreamDestroy | Kind::CtxDestroy | Kind::PrimaryRelease => {
-            launch_hooks::handles_changed();
+            hot::handles_changed();
             if let Some(m) = marks::get() {
                 match kind {
-                    Kind::StreamDestroy => {
-                        m.forget(launch_hooks::current_context() as u64, a[0] as u64)
-                    }
+                    Kind::StreamDestroy => m.forget(hot::current_context() as u64, a[0] as u64),
                     Kind::CtxDestroy => m.forget(a[0] as u64, 0),
                     _ => m.forget_all(),
                 }
             }
         }
-        Kind::ModuleUnload => launch_hooks::handles_changed(),
+        Kind::ModuleUnload => hot::handles_changed(),
         Kind::GraphExecDestroy => {
-            launch_hooks::handles_changed();
+            hot::handles_changed();
             forget_exec(a[0]);
         }
         _ => {}
     }
     let api = API[i].load(Ordering::Relaxed);
-    if api == u32::MAX || !launch_hooks::recording() {
+    if api == u32::MAX || !hot::recording() {
         return (0, false);
     }
-    let Some(rec) = recorder::get() else {
+    let Some(rec) = record::get() else {
         return (0, false);
     };
     let correlation = rec.next_correlation();
-    rec.api_enter(api, correlation, recorder::monotonic_ns());
+    rec.api_enter(api, correlation, crate::clock::monotonic_ns());
     (correlation, true)
 }
 
@@ -172,7 +171,7 @@ fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
         return;
     };
     let ok = result == 0;
-    let rec = recorder::get();
+    let rec = record::get();
     if entered && let Some(rec) = rec {
         rec.api_exit(ok);
         if ok {
@@ -186,7 +185,7 @@ fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
             }
         }
     }
-    if !launch_hooks::active() {
+    if !hot::active() {
         return;
     }
     match kind {
@@ -249,7 +248,7 @@ fn forget_exec(handle: usize) {
 /// graph id, the executable graph gets an id of ours. Allocates: instantiation is rare and
 /// never on a launch path.
 fn instantiated(exec: usize, graph: usize) {
-    let (Some(rec), d) = (recorder::get(), driver::driver()) else {
+    let (Some(rec), d) = (record::get(), driver::driver()) else {
         return;
     };
     let (Some(get_nodes), Some(node_type)) = (d.graph_get_nodes, d.graph_node_type) else {
