@@ -30,6 +30,13 @@ if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'
   rustup component add rust-src --toolchain nightly
 fi
 
+# The workspace is also checked for AArch64 (Grace Hopper / Grace Blackwell hosts) by
+# `cargo xtask test`: the standard library for that target.
+if ! rustup target list --installed | grep -q '^aarch64-unknown-linux-gnu$'; then
+  log "adding the aarch64-unknown-linux-gnu target (the AArch64 build check)"
+  rustup target add aarch64-unknown-linux-gnu
+fi
+
 if ! command -v bpf-linker >/dev/null 2>&1 || ! bpf-linker --version >/dev/null 2>&1; then
   SYSROOT_LIB="$(rustc +nightly --print sysroot)/lib"
   LLVM_MAJOR="$(rustc +nightly -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')"

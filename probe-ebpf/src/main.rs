@@ -95,6 +95,75 @@ fn read_user<T>(addr: u64) -> Option<T> {
     unsafe { bpf_probe_read_user(addr as *const T).ok() }
 }
 
+/// The registers read by name, per architecture: x86-64 (System V: six integer arguments in
+/// registers, the rest on the stack above the return address) or AArch64 (AAPCS64: eight in
+/// x0–x7, the rest from `sp`; the frame pointer is x29). Each read is volatile at a fixed
+/// offset of the context: a register chosen at run time would make the compiler compute a
+/// variable ctx offset, which the verifier rejects.
+#[cfg(bpf_target_arch = "x86_64")]
+mod arch {
+    use super::pt_regs;
+
+    /// Stack pointer, instruction pointer, frame pointer.
+    #[inline(always)]
+    pub fn sp_ip_fp(r: &pt_regs) -> (u64, u64, u64) {
+        (r.rsp, r.rip, r.rbp)
+    }
+
+    /// The second and third integer arguments (rsi, rdx).
+    #[inline(always)]
+    pub fn args_1_2(r: *const pt_regs) -> (u64, u64) {
+        // SAFETY: the probe's own pt_regs, fields at fixed offsets.
+        unsafe {
+            (
+                core::ptr::read_volatile(&(*r).rsi),
+                core::ptr::read_volatile(&(*r).rdx),
+            )
+        }
+    }
+}
+
+#[cfg(bpf_target_arch = "aarch64")]
+mod arch {
+    use super::pt_regs;
+
+    /// Stack pointer, instruction pointer (pc), frame pointer (x29).
+    #[inline(always)]
+    pub fn sp_ip_fp(r: &pt_regs) -> (u64, u64, u64) {
+        (r.sp, r.pc, r.regs[29])
+    }
+
+    /// The second and third integer arguments (x1, x2).
+    #[inline(always)]
+    pub fn args_1_2(r: *const pt_regs) -> (u64, u64) {
+        // SAFETY: the probe's own pt_regs, fields at fixed offsets.
+        unsafe {
+            (
+                core::ptr::read_volatile(&(*r).regs[1]),
+                core::ptr::read_volatile(&(*r).regs[2]),
+            )
+        }
+    }
+}
+
+/// The arguments of a `cuLaunchKernel`-shaped call past the sixth (blockDimZ,
+/// sharedMemBytes, hStream): on x86-64 on the stack above the return address, on AArch64
+/// the first two in x6, x7 and hStream at `sp`.
+#[inline(always)]
+fn launch_tail(ctx: &ProbeContext) -> Option<[u64; 3]> {
+    // SAFETY: regs is the probe's own pt_regs.
+    let (sp, _, _) = arch::sp_ip_fp(unsafe { &*ctx.regs });
+    #[cfg(bpf_target_arch = "x86_64")]
+    {
+        read_user::<[u64; 3]>(sp + 8)
+    }
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        let arg = |n: usize| ctx.arg::<u64>(n).unwrap_or(0);
+        Some([arg(6), arg(7), read_user::<u64>(sp)?])
+    }
+}
+
 #[uprobe]
 pub fn wp_call_enter(ctx: ProbeContext) -> u32 {
     let _ = try_call_enter(&ctx);
@@ -144,19 +213,17 @@ fn try_call_enter(ctx: &ProbeContext) -> Option<()> {
     Some(())
 }
 
-/// Reads the arguments that matter for this entry point's shape (x86-64 System V).
+/// Reads the arguments that matter for this entry point's shape (`arch` says where they are).
 #[inline(always)]
 fn fill_args(ctx: &ProbeContext, call: &mut InCall) -> Option<()> {
     let arg = |n: usize| ctx.arg::<u64>(n).unwrap_or(0);
     match api::shape(call.api)? {
         ArgShape::Launch => {
-            // f, gx, gy, gz, bx, by in registers; bz, sharedMem, hStream on the stack above
-            // the return address.
+            // f, gx, gy, gz, bx, by in registers; bz, sharedMem, hStream past them
+            // (`launch_tail`).
             call.handle = arg(0);
             call.grid = [arg(1) as u32, arg(2) as u32, arg(3) as u32];
-            // SAFETY: regs is the probe's own pt_regs.
-            let sp = unsafe { (*ctx.regs).rsp };
-            let stack: [u64; 3] = read_user(sp + 8)?;
+            let stack = launch_tail(ctx)?;
             call.block = [arg(4) as u32, arg(5) as u32, stack[0] as u32];
             call.bytes = stack[1] & 0xffff_ffff;
             call.stream = stack[2];
@@ -230,15 +297,8 @@ pub fn wp_name_enter(ctx: ProbeContext) -> u32 {
 fn try_name_enter(ctx: &ProbeContext) -> Option<()> {
     let (_, tid) = watched()?;
     let api = cookie(ctx) as u32;
-    // Both candidates are read unconditionally: a register chosen at run time would make
-    // the compiler compute a variable ctx offset, which the verifier rejects.
-    // SAFETY: regs is the probe's own pt_regs; volatile keeps both loads at fixed offsets.
-    let (second, third) = unsafe {
-        (
-            core::ptr::read_volatile(&(*ctx.regs).rsi),
-            core::ptr::read_volatile(&(*ctx.regs).rdx),
-        )
-    };
+    // Both candidates are read unconditionally (`arch::args_1_2` says why).
+    let (second, third) = arch::args_1_2(ctx.regs);
     let pending = PendingName {
         out_ptr: ctx.arg::<u64>(0).unwrap_or(0),
         name_or_kernel: if api == api::NAME_KERNEL_GET_FUNCTION {
@@ -368,6 +428,7 @@ fn try_on_cpu(_ctx: &PerfEventContext) -> Option<()> {
     };
     let s = slot.as_mut_ptr();
     const CHUNK: usize = 512;
+    let (sp, ip, bp) = arch::sp_ip_fp(&regs);
     // SAFETY: `s` points to a reserved StackSample; the header fields are written here and
     // `stack` is filled by the probing reads below, `len` says how much of it is valid.
     unsafe {
@@ -375,16 +436,16 @@ fn try_on_cpu(_ctx: &PerfEventContext) -> Option<()> {
             tid,
             tgid,
             time_ns: now,
-            ip: regs.rip,
-            sp: regs.rsp,
-            bp: regs.rbp,
+            ip,
+            sp,
+            bp,
             len: 0,
         };
         let mut len = 0u64;
         let base = (*s).stack.as_mut_ptr();
         for i in 0..(SAMPLE_STACK_LEN / CHUNK) {
             let dst = base.add(i * CHUNK) as *mut core::ffi::c_void;
-            let src = (regs.rsp + (i * CHUNK) as u64) as *const core::ffi::c_void;
+            let src = (sp + (i * CHUNK) as u64) as *const core::ffi::c_void;
             if aya_ebpf::helpers::generated::bpf_probe_read_user(dst, CHUNK as u32, src) != 0 {
                 break; // the top of the stack mapping
             }

@@ -44,6 +44,11 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str>
     if std::env::var("WEDGEPROBE_SHIM_HOOKS").is_ok_and(|v| v == "off" || v == "0") {
         return Err("launch hooks turned off by WEDGEPROBE_SHIM_HOOKS");
     }
+    // The trampolines move x86-64 instructions (`patch_code`): on another architecture say
+    // so, rather than "begin with instructions the shim does not move".
+    if cfg!(not(target_arch = "x86_64")) {
+        return Err("launch hooks are x86-64 only (this shim is built for another architecture)");
+    }
     // SAFETY: RTLD_NOLOAD only finds a libcuda the process has loaded already.
     let h = unsafe {
         libc::dlopen(

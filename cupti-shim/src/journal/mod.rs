@@ -188,6 +188,10 @@ impl Writer {
     /// of a launch on the H200, BENCHMARKS.md, 2026-12-01). Fetched here for the next launch,
     /// they are in the cache by the time it writes them, microseconds later.
     #[inline(always)]
+    #[cfg_attr(
+        not(target_arch = "x86_64"),
+        expect(unused_variables, reason = "the prefetch is x86-64 only")
+    )]
     fn prefetch_for_write(&self, off: u64, len: u64) {
         #[cfg(target_arch = "x86_64")]
         let ats: &[u64] = if len > 64 {

@@ -15,7 +15,7 @@ use std::{collections::HashMap, time::Duration};
 
 use probe_common::api::{self, ApiClass};
 
-use super::{InjectError, ptrace, stopped::Stopped};
+use super::{error::InjectError, ptrace, stopped::Stopped};
 use crate::{
     process::{
         code::TargetCode,

@@ -12,7 +12,7 @@ use std::{
 use anyhow::Context as _;
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, read::ReadCache};
 
-use super::InjectError;
+use super::error::InjectError;
 use crate::{process::target::Target, sys};
 
 /// `/proc/PID/exe` is an x86-64 ELF (the blob and the stack scanner are x86-64 only).

@@ -12,7 +12,7 @@ use std::{os::unix::fs::OpenOptionsExt as _, time::Duration};
 
 use probe_common::attach::PatchWord;
 
-use super::{InjectError, cave::Cave, ptrace, stopped::Stopped};
+use super::{cave::Cave, error::InjectError, ptrace, stopped::Stopped};
 use crate::{process::target::Target, sys};
 
 /// Bytes of a jump (`E9 rel32`): a thread's instruction pointer strictly inside

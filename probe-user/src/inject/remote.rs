@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use probe_common::attach::AttachArgs;
 
 use super::{
-    InjectError, blob, cave,
+    blob, cave,
+    error::InjectError,
     ptrace::{self, Stop},
 };
 use crate::{

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::{InjectError, ptrace};
+use super::{error::InjectError, ptrace};
 
 pub struct Stopped {
     /// (tid, a signal it stopped for, to be handed on).
