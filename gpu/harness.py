@@ -863,6 +863,24 @@ def cost(run):
     always_on(run, 5 if run.h.quick else 15)
 
 
+@scenario("mark-price", sets=("cost",))
+def mark_price(run):
+    """The GPU time a stream mark costs, apart from the host (gpu/mark_bubble.cu): each
+    stream-write variant probed first, then none / write / write without fence / event record
+    after every 16th and every kernel, kernels of 2 and 8 us queued behind a gate."""
+    exe = run.h.cuda("mark_bubble", libs=("-lcuda",))
+    if not exe:
+        run.check("mark_bubble builds", False, "see logs/build-mark_bubble.log")
+        return
+    p = run.start([exe, "8" if run.h.quick else "20"], suffix="mark-bubble")
+    code = run.exit_code(p, 240)
+    out = run.out(p)
+    run.notes += [l.strip() for l in out.splitlines()
+                  if l.startswith(("probe:", "writes measured", "kernels of", "  ", "CAN_USE"))]
+    run.check("mark_bubble exits 0", code == 0, run.err(p)[-300:])
+    run.check("every variant measured", "not measured" not in out, None)
+
+
 def always_on(run, rounds):
     """What the in-process A/B cannot see: with recording off the shim still detours every
     launch through its hooks (a jump and a flag test) and runs its flush thread; the A/B's two
