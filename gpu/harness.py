@@ -863,6 +863,17 @@ def cost(run):
     always_on(run, 5 if run.h.quick else 15)
 
 
+@scenario("entry-corpus", sets=("corpus",))
+def entry_corpus(run):
+    """Saves the code of every libcuda entry point the shim patches (gpu/entry_corpus.py) to
+    OUT/entry-corpus.json: the patcher's test data."""
+    out = os.path.join(run.h.out, "entry-corpus.json")
+    p = run.start(["python3", "entry_corpus.py", out], suffix="corpus")
+    code = run.exit_code(p, 60)
+    run.notes += [l.strip() for l in run.out(p).splitlines() if l.strip()]
+    run.check("entry_corpus.py exits 0", code == 0, run.err(p)[-300:])
+
+
 @scenario("mark-price", sets=("cost",))
 def mark_price(run):
     """The GPU time a stream mark costs, apart from the host (gpu/mark_bubble.cu): each

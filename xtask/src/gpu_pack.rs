@@ -52,6 +52,12 @@ pub fn pack(dir: &Path, wrong_answer: bool) -> anyhow::Result<()> {
             fs::copy(&p, gpu.join(name))?;
         }
     }
+    // The shim's tables of the entry points it patches (`gpu/entry_corpus.py` reads the
+    // names from them).
+    fs::create_dir_all(gpu.join("shim-src"))?;
+    for f in ["launch.rs", "calls.rs"] {
+        fs::copy(root.join("cupti-shim/src/hooks").join(f), gpu.join("shim-src").join(f))?;
+    }
     let commit = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .current_dir(&root)
