@@ -93,14 +93,12 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
         hooks::install::prepare_for_attach(crate::backend::cupti::hook_resolve(), &mut a.patches)
             .map_err(|why| {
             rec.turn_off();
-            let status = if why.contains("not loaded") || why.contains("lacks") {
-                ATTACH_NO_LIBCUDA
-            } else if why.contains("does not move") {
-                ATTACH_HOOKS_REFUSED
-            } else {
-                ATTACH_FAILED
+            let status = match why.kind {
+                hooks::install::NotHookedKind::NoLibcuda => ATTACH_NO_LIBCUDA,
+                hooks::install::NotHookedKind::Refused => ATTACH_HOOKS_REFUSED,
+                hooks::install::NotHookedKind::Failed => ATTACH_FAILED,
             };
-            (status, why.to_string())
+            (status, why.line)
         })?;
     hooks::install::await_jumps(a.commit_deadline_ns);
     crate::backend::cupti::spawn_flush_thread().map_err(|why| {

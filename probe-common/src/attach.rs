@@ -12,8 +12,11 @@
 
 /// `AttachArgs::magic`.
 pub const ATTACH_MAGIC: u64 = u64::from_le_bytes(*b"WPATTCH1");
-/// Most code words one attach patches (8 launch entry points and 33 other calls today).
-pub const MAX_PATCHES: usize = 64;
+/// Most code words one attach patches: 8 launch entry points and 33 other calls today, each
+/// one aligned word or two when its 5-byte jump crosses a word boundary (the patcher moves
+/// whole instructions, so where a jump lands is the driver's layout, not ours). 128 words
+/// keep `AttachArgs` (3,296 bytes) inside the injection page's 4 KiB argument area.
+pub const MAX_PATCHES: usize = 128;
 
 /// `AttachArgs::status`.
 pub const ATTACH_PREPARED: u32 = 0;

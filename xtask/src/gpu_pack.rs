@@ -56,7 +56,10 @@ pub fn pack(dir: &Path, wrong_answer: bool) -> anyhow::Result<()> {
     // names from them).
     fs::create_dir_all(gpu.join("shim-src"))?;
     for f in ["launch.rs", "calls.rs"] {
-        fs::copy(root.join("cupti-shim/src/hooks").join(f), gpu.join("shim-src").join(f))?;
+        fs::copy(
+            root.join("cupti-shim/src/hooks").join(f),
+            gpu.join("shim-src").join(f),
+        )?;
     }
     let commit = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])

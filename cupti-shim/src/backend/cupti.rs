@@ -210,7 +210,7 @@ pub fn attach() -> Result<(), String> {
         )
     {
         let mut line = b"launches recorded through CUPTI callbacks (dearer): ".to_vec();
-        line.extend_from_slice(why.as_bytes());
+        line.extend_from_slice(why.line.as_bytes());
         crate::log_line(&line);
     }
     // SAFETY: documented CUPTI calls with valid arguments; the callbacks are extern "C" fns
@@ -356,7 +356,7 @@ static LATE: AtomicBool = AtomicBool::new(false);
 /// if per-kernel records are wanted (a `trace` lease, or marks failing). `Err`: the hooks
 /// could not be installed (the caller records through CUPTI instead).
 pub fn attach_without_cupti() -> Result<(), String> {
-    crate::hooks::install::install(hook_resolve(), true).map_err(str::to_string)?;
+    crate::hooks::install::install(hook_resolve(), true).map_err(|why| why.line)?;
     spawn_flush_thread()
 }
 

@@ -98,7 +98,7 @@ pub fn attach() -> bool {
         )
     {
         let mut line = b"launches recorded through the driver's callbacks: ".to_vec();
-        line.extend_from_slice(why.as_bytes());
+        line.extend_from_slice(why.line.as_bytes());
         crate::log_line(&line);
     }
     true

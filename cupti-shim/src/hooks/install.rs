@@ -30,6 +30,39 @@ pub fn tried() -> bool {
     TRIED.load(Ordering::Acquire)
 }
 
+/// Why the hooks are not in: what kind of reason (an attach reports it as its status) and the
+/// line the log and `wedgeprobe attach` show.
+#[derive(Debug)]
+pub struct NotHooked {
+    pub kind: NotHookedKind,
+    pub line: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotHookedKind {
+    /// No libcuda loaded, or it lacks a launch entry point.
+    NoLibcuda,
+    /// A launch entry point's code cannot be moved safely (`patch_code::Refusal`).
+    Refused,
+    /// Anything else: turned off, already tried, no memory near libcuda…
+    Failed,
+}
+
+impl NotHooked {
+    fn failed(why: &str) -> Self {
+        Self {
+            kind: NotHookedKind::Failed,
+            line: why.to_string(),
+        }
+    }
+}
+
+impl From<&'static str> for NotHooked {
+    fn from(why: &'static str) -> Self {
+        Self::failed(why)
+    }
+}
+
 /// Every patch, prepared: trampolines written and sealed, jumps not in place yet.
 struct Prepared {
     launches: Vec<patch_code::Patch>,
@@ -40,14 +73,16 @@ struct Prepared {
 /// Resolves the loaded libcuda's launch entry points (all of them, or `Err`), the other
 /// entry points (`crate::hooks::calls`, each where it exists and can be moved) when
 /// `with_calls`, and writes every trampoline.
-fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str> {
+fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, NotHooked> {
     if std::env::var("WEDGEPROBE_SHIM_HOOKS").is_ok_and(|v| v == "off" || v == "0") {
-        return Err("launch hooks turned off by WEDGEPROBE_SHIM_HOOKS");
+        return Err("launch hooks turned off by WEDGEPROBE_SHIM_HOOKS".into());
     }
     // The trampolines move x86-64 instructions (`patch_code`): on another architecture say
-    // so, rather than "begin with instructions the shim does not move".
+    // so, rather than refuse libcuda's code.
     if cfg!(not(target_arch = "x86_64")) {
-        return Err("launch hooks are x86-64 only (this shim is built for another architecture)");
+        return Err(
+            "launch hooks are x86-64 only (this shim is built for another architecture)".into(),
+        );
     }
     // SAFETY: RTLD_NOLOAD only finds a libcuda the process has loaded already.
     let h = unsafe {
@@ -57,23 +92,30 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str>
         )
     };
     if h.is_null() {
-        return Err("libcuda.so.1 is not loaded");
+        return Err(NotHooked {
+            kind: NotHookedKind::NoLibcuda,
+            line: "libcuda.so.1 is not loaded".into(),
+        });
     }
     let mut targets = [0usize; 8];
     for (i, (_, name)) in ENTRIES.iter().enumerate() {
         // SAFETY: a valid handle and a NUL-terminated name.
         let p = unsafe { libc::dlsym(h, name.as_ptr()) } as usize;
         if p == 0 {
-            return Err("libcuda lacks a launch entry point");
+            return Err(NotHooked {
+                kind: NotHookedKind::NoLibcuda,
+                line: format!("libcuda lacks {}", name.to_string_lossy()),
+            });
         }
-        let head = {
-            // SAFETY: an exported function's first 16 bytes are mapped code.
-            unsafe { std::slice::from_raw_parts(p as *const u8, 16) }
-        };
-        if patch_code::prologue_len(head).is_none() {
-            return Err(
-                "libcuda's launch entry points begin with instructions the shim does not move",
-            );
+        // SAFETY: an exported function's entry.
+        if let Err(refusal) = unsafe { patch_code::plan_at(p) } {
+            return Err(NotHooked {
+                kind: NotHookedKind::Refused,
+                line: format!(
+                    "libcuda's {} cannot be hooked safely: {refusal}",
+                    name.to_string_lossy()
+                ),
+            });
         }
         targets[i] = p;
         let id = api::id_of(name.to_str().unwrap_or_default()).ok_or("unknown entry point")?;
@@ -96,7 +138,10 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str>
     // Every trampoline is written and made executable before the first jump goes in.
     let mut launches = Vec::with_capacity(8);
     for i in 0..8 {
-        launches.push(page.prepare(targets[i], ours[i])?);
+        launches.push(page.prepare(targets[i], ours[i]).map_err(|why| NotHooked {
+            kind: NotHookedKind::Failed,
+            line: format!("libcuda's {}: {why}", ENTRIES[i].1.to_string_lossy()),
+        })?);
         HOT.original[i].store(launches[i].trampoline, Ordering::Release);
     }
     let mut calls = Vec::new();
@@ -117,7 +162,7 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, &'static str>
 
 /// Patches every launch entry point of the loaded libcuda, or none. At `cuInit`, before any
 /// launch can run. `Err` says why (the caller keeps CUPTI's callbacks and logs it).
-pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
+pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), NotHooked> {
     if HOT.active.load(Ordering::Acquire) {
         return Ok(());
     }
@@ -132,7 +177,7 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
             if i > 0 {
                 HOT.pass.store(true, Ordering::SeqCst);
             }
-            return Err(why);
+            return Err(why.into());
         }
     }
     for (i, p) in &calls {
@@ -160,24 +205,30 @@ pub fn install(resolve: Resolve, with_calls: bool) -> Result<(), &'static str> {
 pub fn prepare_for_attach(
     resolve: Resolve,
     out: &mut [probe_common::attach::PatchWord],
-) -> Result<usize, &'static str> {
+) -> Result<usize, NotHooked> {
     if TRIED.swap(true, Ordering::AcqRel) {
-        return Err("the launch hooks were installed or tried already");
+        return Err("the launch hooks were installed or tried already".into());
     }
     let Prepared { launches, calls } = prepare(resolve, true)?;
-    if launches.len() + calls.len() > out.len() {
-        return Err("more patches than an attach can carry");
-    }
-    for (i, p) in &calls {
-        super::calls::installed(*i, p.trampoline);
-    }
     let mut all = launches;
+    let call_ids: Vec<usize> = calls.iter().map(|(i, _)| *i).collect();
     all.extend(calls.into_iter().map(|(_, p)| p));
-    for (slot, p) in out.iter_mut().zip(&all) {
-        let (addr, old, new) = p.word();
-        *slot = probe_common::attach::PatchWord { addr, old, new };
+    // A jump crossing an aligned word takes two.
+    let words: Vec<_> = all.iter().flat_map(patch_code::Patch::words).collect();
+    if words.len() > out.len() {
+        return Err("more code words than an attach can carry".into());
     }
-    let n = all.len();
+    for (k, i) in call_ids.iter().enumerate() {
+        super::calls::installed(*i, all[8 + k].trampoline);
+    }
+    for (slot, (addr, old, new)) in out.iter_mut().zip(&words) {
+        *slot = probe_common::attach::PatchWord {
+            addr: *addr,
+            old: *old,
+            new: *new,
+        };
+    }
+    let n = words.len();
     let _ = PATCHES.set(all);
     if let Some(rec) = crate::record::get() {
         rec.own_ids_from_now();
@@ -198,20 +249,34 @@ pub fn patches_in_place() -> (usize, usize) {
 }
 
 /// The shim stops recording for good (released, or the process exits): launches pass
-/// through, and libcuda's entry points get their own first instructions back — wedgeprobe
-/// then traces launches with uprobes on them, and a uprobe on a patched entry would run the
-/// file's instruction and land inside our jump.
+/// through, and libcuda's entry points get their own bytes back where one store does it
+/// (`patch_code::Patch::restore`) — wedgeprobe then traces launches with uprobes on them,
+/// which work either way (the jump lies after the entry's first instruction).
 pub fn remove() {
     HOT.pass.store(true, Ordering::SeqCst);
     if let Some(patches) = PATCHES.get() {
+        let mut left = 0;
         // (An attach that never completed has some jumps not in place: only those are undone.)
         for p in patches.iter().filter(|p| p.in_place()) {
             // SAFETY: each was applied by `install`.
-            if let Err(why) = unsafe { p.restore() } {
-                let mut line = b"launch hooks: ".to_vec();
-                line.extend_from_slice(why.as_bytes());
-                crate::log_line(&line);
+            match unsafe { p.restore() } {
+                Ok(true) => {}
+                Ok(false) => left += 1,
+                Err(why) => {
+                    let mut line = b"launch hooks: ".to_vec();
+                    line.extend_from_slice(why.as_bytes());
+                    crate::log_line(&line);
+                }
             }
+        }
+        if left > 0 {
+            crate::log_line(
+                format!(
+                    "launch hooks: {left} jumps cross a code word and stay in place, passing \
+                     calls through (a uprobe on those entry points still works)"
+                )
+                .as_bytes(),
+            );
         }
     }
 }

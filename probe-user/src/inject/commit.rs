@@ -15,8 +15,7 @@ use probe_common::attach::PatchWord;
 use super::{cave::Cave, error::InjectError, ptrace, stopped::Stopped};
 use crate::{process::target::Target, sys};
 
-/// Bytes of a jump (`E9 rel32`): a thread's instruction pointer strictly inside
-/// `(at, at + JMP_LEN)` of a patched word's jump is mid-prologue.
+/// Bytes of a jump (`E9 rel32`).
 const JMP_LEN: u64 = 5;
 /// Tries before giving up when a thread keeps standing in a prologue.
 const TRIES: usize = 20;
@@ -38,10 +37,38 @@ pub fn validate(target: &Target, words: &[PatchWord]) -> Result<(), InjectError>
     Ok(())
 }
 
-/// Where a word's jump begins: the first byte that differs between `old` and `new`.
-fn jump_at(w: &PatchWord) -> u64 {
-    let diff = w.old ^ w.new;
-    w.addr + u64::from(diff.trailing_zeros() / 8)
+/// The byte ranges the words change, as (first changed byte, last changed byte), words of one
+/// jump merged: a jump crossing an aligned word comes as two words, and a changed run never
+/// holds more than one jump's 5 bytes apart. A thread whose instruction pointer is after the
+/// first byte and not past the last would run the middle of a jump.
+fn changed_spans(words: &[PatchWord]) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = words
+        .iter()
+        .filter(|w| w.old != w.new)
+        .map(|w| {
+            let diff = w.old ^ w.new;
+            let lo = u64::from(diff.trailing_zeros() / 8);
+            let hi = 7 - u64::from(diff.leading_zeros() / 8);
+            (w.addr + lo, w.addr + hi)
+        })
+        .collect();
+    spans.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+    for (lo, hi) in spans {
+        match merged.last_mut() {
+            // Within one jump's length: the same jump (bytes equal before and after in its
+            // middle are possible, a rel32 byte that happens to match).
+            Some(last) if lo < last.0 + JMP_LEN => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    merged
+}
+
+/// Whether `rip` stands inside a jump about to be written (its first byte is fine: the
+/// thread then runs the whole jump).
+fn mid_jump(spans: &[(u64, u64)], rip: u64) -> bool {
+    spans.iter().any(|&(lo, hi)| rip > lo && rip <= hi)
 }
 
 /// Writes every word with the process stopped, and puts the cave's bytes back (the blob is
@@ -53,15 +80,13 @@ pub fn write_all(pid: u32, words: &[PatchWord], cave: &Cave) -> Result<usize, In
         .custom_flags(libc::O_CLOEXEC)
         .open(format!("/proc/{pid}/mem"))
         .map_err(|e| InjectError::Failed(format!("cannot open /proc/{pid}/mem: {e}")))?;
+    let spans = changed_spans(words);
     for attempt in 0..TRIES {
         let stopped = Stopped::all(pid, Duration::from_millis(300))?;
         let cave_end = cave.addr + cave.original.len() as u64;
         let mid_prologue = stopped.threads.iter().find_map(|&(tid, _)| {
             let rip = ptrace::regs(tid).ok()?.rip;
-            let in_prologue = words.iter().any(|w| {
-                let at = jump_at(w);
-                rip > at && rip < at + JMP_LEN
-            });
+            let in_prologue = mid_jump(&spans, rip);
             // The thread that ran the blob, on its last instructions.
             let in_cave = (cave.addr..cave_end).contains(&rip);
             (in_prologue || in_cave).then_some(tid)
@@ -107,4 +132,52 @@ pub fn write_all(pid: u32, words: &[PatchWord], cave: &Cave) -> Result<usize, In
          patched"
             .into(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn word(addr: u64, old: [u8; 8], new: [u8; 8]) -> PatchWord {
+        PatchWord {
+            addr,
+            old: u64::from_le_bytes(old),
+            new: u64::from_le_bytes(new),
+        }
+    }
+
+    #[test]
+    fn a_jump_across_two_words_is_one_span() {
+        // endbr64 kept; the jump at +4 runs into the next word (bytes +4..+8).
+        let a = word(
+            0x1000,
+            [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5],
+            [0xf3, 0x0f, 0x1e, 0xfa, 0xe9, 1, 2, 3],
+        );
+        let b = word(
+            0x1008,
+            [0x41, 0x54, 0, 0, 0, 0, 0, 0],
+            [4, 0x54, 0, 0, 0, 0, 0, 0],
+        );
+        let spans = changed_spans(&[b, a]);
+        assert_eq!(spans, vec![(0x1004, 0x1008)]);
+        // A thread at +6 (the old `mov rbp,rsp`) or +8 (`push r12`) would run half a jump;
+        // one at +4 runs the jump, one at +9 is past it.
+        assert!(mid_jump(&spans, 0x1006) && mid_jump(&spans, 0x1008));
+        assert!(!mid_jump(&spans, 0x1004) && !mid_jump(&spans, 0x1009));
+    }
+
+    #[test]
+    fn a_jump_byte_equal_to_the_old_one_stays_inside_its_span() {
+        // push rbp kept; jump at +1 whose last rel32 byte equals the old byte there.
+        let w = word(
+            0x2000,
+            [0x55, 0x48, 0x89, 0xe5, 0x41, 0x54, 0x48, 0x83],
+            [0x55, 0xe9, 9, 9, 9, 0x54, 0x48, 0x83],
+        );
+        let spans = changed_spans(&[w]);
+        assert_eq!(spans, vec![(0x2001, 0x2004)]);
+        assert!(!mid_jump(&spans, 0x2001) && mid_jump(&spans, 0x2004));
+        assert!(!mid_jump(&spans, 0x2006));
+    }
 }
