@@ -10,6 +10,8 @@ log() { echo "setup: $*" >&2; }
 need_apt=()
 command -v cc >/dev/null || need_apt+=(gcc)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# clang: the patcher's prologue corpus is compiled by gcc and clang (cupti-shim/tests/prologue_corpus.rs).
+command -v clang >/dev/null || need_apt+=(clang)
 # The trace viewer check (tests/suite/trace.rs): Debian's Chromium, Node.js and npm.
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 command -v npm >/dev/null || need_apt+=(nodejs npm)

@@ -31,6 +31,25 @@ fn main() {
         &s("libcuda_sim.c"),
         "-lpthread",
     ]);
+    // The same driver with launch entry points that begin as other driver builds' do
+    // (libcuda_sim.c, SIM_PROLOGUE): a worker run with LD_LIBRARY_PATH at one of these loads it.
+    for (n, shape) in ["cet", "sub-rsp", "rip-load"].iter().enumerate() {
+        let dir = out.join(format!("prologue-{shape}"));
+        std::fs::create_dir_all(&dir).expect("create a prologue dir");
+        cc(&[
+            "-O2",
+            "-fomit-frame-pointer",
+            "-fPIC",
+            "-shared",
+            "-fvisibility=hidden",
+            &format!("-DSIM_PROLOGUE={}", n + 1),
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            &dir.join("libcuda.so.1").display().to_string(),
+            &s("libcuda_sim.c"),
+            "-lpthread",
+        ]);
+    }
     cc(&[
         "-O2",
         "-fPIC",

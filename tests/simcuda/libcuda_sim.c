@@ -278,6 +278,46 @@ EXPORT CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) { *f = k; return 
  * libcuda's exported functions do, so the shim's launch hooks patch them here too. */
 #define HOOKABLE __attribute__((noinline, optimize("no-omit-frame-pointer", "no-shrink-wrap")))
 
+/* SIM_PROLOGUE=1..3 builds a driver whose launch entry points begin the way other driver
+ * builds' do (tests/build.rs: OUT_DIR/simcuda/prologue-*): each exported entry is a thunk in
+ * assembly that tail-jumps (stack arguments untouched) to the C body, renamed and hidden. */
+#ifdef SIM_PROLOGUE
+#define LAUNCH_EXPORT __attribute__((visibility("hidden"), noinline, used))
+#define cuLaunchKernel sim_impl_cuLaunchKernel
+#define cuLaunchKernel_ptsz sim_impl_cuLaunchKernel_ptsz
+#define cuLaunchKernelEx sim_impl_cuLaunchKernelEx
+#define cuLaunchKernelEx_ptsz sim_impl_cuLaunchKernelEx_ptsz
+#define cuLaunchCooperativeKernel sim_impl_cuLaunchCooperativeKernel
+#define cuLaunchCooperativeKernel_ptsz sim_impl_cuLaunchCooperativeKernel_ptsz
+#define cuGraphLaunch sim_impl_cuGraphLaunch
+#define cuGraphLaunch_ptsz sim_impl_cuGraphLaunch_ptsz
+#define THUNK_HEAD(name) \
+    ".globl " #name "\n.type " #name ",@function\n.p2align 4\n" #name ":\n"
+#define THUNK_TAIL(name) ".size " #name ",.-" #name "\n"
+#if SIM_PROLOGUE == 1
+/* A CET build (-fcf-protection): endbr64 first, then a frame-pointer prologue. */
+#define THUNK(name) THUNK_HEAD(name) \
+    "endbr64\npush rbp\nmov rbp, rsp\npop rbp\njmp sim_impl_" #name "\n" THUNK_TAIL(name)
+#elif SIM_PROLOGUE == 2
+/* gcc -O2's small wrapper: sub rsp first, then a RIP-relative lea. */
+#define THUNK(name) THUNK_HEAD(name) \
+    "sub rsp, 8\nlea r11, [rip + sim_impl_" #name "]\nadd rsp, 8\njmp r11\n" THUNK_TAIL(name)
+#else
+/* A RIP-relative load first (a dispatch through a pointer), then a short conditional branch
+ * among the instructions the jump covers. */
+#define THUNK(name) THUNK_HEAD(name) \
+    "mov rax, qword ptr [rip + sim_ptr_" #name "]\ntest rax, rax\nje 1f\njmp rax\n" \
+    "1: mov eax, 1\nret\n" THUNK_TAIL(name) \
+    ".pushsection .data.rel.ro\n.p2align 3\nsim_ptr_" #name ":\n.quad sim_impl_" #name \
+    "\n.popsection\n"
+#endif
+#define ALL_THUNKS(T) T(cuLaunchKernel) T(cuLaunchKernel_ptsz) T(cuLaunchKernelEx) \
+    T(cuLaunchKernelEx_ptsz) T(cuLaunchCooperativeKernel) T(cuLaunchCooperativeKernel_ptsz) \
+    T(cuGraphLaunch) T(cuGraphLaunch_ptsz)
+#else
+#define LAUNCH_EXPORT EXPORT
+#endif
+
 EXPORT CUresult cuFuncGetName(const char **name, CUfunction f) {
     if (!name || !f) return CUDA_ERROR_INVALID_VALUE;
     *name = ((struct sim_kernel *)f)->name;
@@ -299,51 +339,63 @@ EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long *id) {
     return CUDA_SUCCESS;
 }
 
-EXPORT HOOKABLE CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+LAUNCH_EXPORT HOOKABLE CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                unsigned by, unsigned bz, unsigned shmem, CUstream s,
                                void **params, void **extra) {
     (void)shmem; (void)params; (void)extra;
     return enqueue(SIM_API_LAUNCH_KERNEL, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
-EXPORT HOOKABLE CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+LAUNCH_EXPORT HOOKABLE CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                     unsigned by, unsigned bz, unsigned shmem, CUstream s,
                                     void **params, void **extra) {
     (void)shmem; (void)params; (void)extra;
     return enqueue(SIM_API_LAUNCH_KERNEL + 1, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
-EXPORT HOOKABLE CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+LAUNCH_EXPORT HOOKABLE CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
     (void)params; (void)extra;
     if (!c) return CUDA_ERROR_INVALID_VALUE;
     return enqueue(SIM_API_LAUNCH_KERNEL_EX, f, c->hStream, DIMS(c->gridDimX, c->gridDimY, c->gridDimZ),
                    DIMS(c->blockDimX, c->blockDimY, c->blockDimZ));
 }
-EXPORT HOOKABLE CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+LAUNCH_EXPORT HOOKABLE CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
     (void)params; (void)extra;
     if (!c) return CUDA_ERROR_INVALID_VALUE;
     return enqueue(SIM_API_LAUNCH_KERNEL_EX + 1, f, c->hStream, DIMS(c->gridDimX, c->gridDimY, c->gridDimZ),
                    DIMS(c->blockDimX, c->blockDimY, c->blockDimZ));
 }
-EXPORT HOOKABLE CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+LAUNCH_EXPORT HOOKABLE CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                           unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                           CUstream s, void **params) {
     (void)shmem; (void)params;
     return enqueue(SIM_API_LAUNCH_COOPERATIVE, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
-EXPORT HOOKABLE CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+LAUNCH_EXPORT HOOKABLE CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
                                                         unsigned gz, unsigned bx, unsigned by,
                                                         unsigned bz, unsigned shmem, CUstream s,
                                                         void **params) {
     (void)shmem; (void)params;
     return enqueue(SIM_API_LAUNCH_COOPERATIVE + 1, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
-EXPORT HOOKABLE CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+LAUNCH_EXPORT HOOKABLE CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
     (void)g;
     return enqueue(SIM_API_GRAPH_LAUNCH, &graph_kernel, s, DIMS(1, 1, 1), DIMS(1, 1, 1));
 }
-EXPORT HOOKABLE CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+LAUNCH_EXPORT HOOKABLE CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
     (void)g;
     return enqueue(SIM_API_GRAPH_LAUNCH + 1, &graph_kernel, s, DIMS(1, 1, 1), DIMS(1, 1, 1));
 }
+
+#ifdef SIM_PROLOGUE
+#undef cuLaunchKernel
+#undef cuLaunchKernel_ptsz
+#undef cuLaunchKernelEx
+#undef cuLaunchKernelEx_ptsz
+#undef cuLaunchCooperativeKernel
+#undef cuLaunchCooperativeKernel_ptsz
+#undef cuGraphLaunch
+#undef cuGraphLaunch_ptsz
+__asm__(".intel_syntax noprefix\n.text\n" ALL_THUNKS(THUNK) ".att_syntax prefix\n");
+#endif
 
 EXPORT HOOKABLE CUresult cuStreamSynchronize(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE, last_launched(s)); }
 EXPORT HOOKABLE CUresult cuStreamSynchronize_ptsz(CUstream s) { return wait_for(SIM_API_STREAM_SYNCHRONIZE + 1, last_launched(s)); }

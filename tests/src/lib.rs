@@ -9,6 +9,13 @@ pub fn sim_dir() -> PathBuf {
     PathBuf::from(env!("SIMCUDA_DIR"))
 }
 
+/// Directory holding a simulated driver whose launch entry points begin with `shape`'s
+/// prologue (`cet`, `sub-rsp`, `rip-load`: tests/simcuda/libcuda_sim.c, SIM_PROLOGUE); a
+/// `simworker` run with `LD_LIBRARY_PATH` set to it loads that driver.
+pub fn prologue_dir(shape: &str) -> PathBuf {
+    sim_dir().join(format!("prologue-{shape}"))
+}
+
 pub fn simworker() -> PathBuf {
     sim_dir().join("simworker")
 }

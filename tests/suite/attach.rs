@@ -107,6 +107,53 @@ fn a_wedge_after_the_attach_is_named_with_its_grid_and_queue() {
     assert!(stdout.contains("corrupted 0"), "{stdout}");
 }
 
+/// On drivers whose launch entry points begin as other builds' do — `endbr64` (CET), a
+/// `sub rsp` wrapper with a RIP-relative `lea`, a RIP-relative load then a short branch — the
+/// attach moves those instructions (refused on the hand-kept patterns before issue 31), the
+/// later wedge is named exactly, and the thread taken over comes back intact.
+#[test]
+fn attach_hooks_drivers_whose_entry_points_begin_with_other_prologues() {
+    require_root!();
+    for shape in ["cet", "sub-rsp", "rip-load"] {
+        let dir = wp_tests::prologue_dir(shape).display().to_string();
+        let w = spawn_guarded(
+            &["wedge", "14", "3000"],
+            &[("SIMCUDA_RELEASE_AFTER_S", "8"), ("LD_LIBRARY_PATH", &dir)],
+        );
+        w.wait_for_cuda();
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", w.pid())).unwrap_or_default();
+        assert!(
+            maps.contains(&dir),
+            "{shape}: the worker did not load {dir}"
+        );
+        sleep(secs(0.5));
+        let text = attach_ok(&w);
+        assert!(text.contains("attached"), "{shape}: {text}");
+        untraced(w.pid()).unwrap();
+        sleep(secs(5.0));
+        let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "2s"]);
+        assert_eq!(
+            r["verdict"]["kind"], "kernel_wedge",
+            "{shape}: {}",
+            r["verdict"]
+        );
+        let head = &r["kernels"][0];
+        assert_eq!(
+            head["kernel"], "_Z17attn_wedge_kernelP7barrierPf",
+            "{shape}: {head}"
+        );
+        assert_eq!(head["exact"], true, "{shape}: {head}");
+        assert_eq!(
+            head["grid"],
+            serde_json::json!([132, 2, 1]),
+            "{shape}: {head}"
+        );
+        let (code, stdout) = finish(w);
+        assert_eq!(code, Some(0), "{shape}: the worker's guard: {stdout}");
+        assert!(stdout.contains("corrupted 0"), "{shape}: {stdout}");
+    }
+}
+
 /// A hundred attaches SIGKILLed at random points (before, during and after the injection and
 /// the patching): each target keeps running, untraced, and finishes with its guard thread's
 /// registers intact; a journal left by a shim that loaded says recording or off — never stuck

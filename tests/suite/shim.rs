@@ -680,6 +680,56 @@ fn without_launch_hooks_the_shim_says_so_and_still_names_the_stuck_kernel() {
     }
 }
 
+/// The shim loaded at start hooks drivers whose launch entry points begin with `endbr64`, a
+/// `sub rsp` wrapper or a RIP-relative load (it fell back to the driver's callbacks on them
+/// before issue 31, with one log line): no line, and the stuck kernel named exactly.
+#[test]
+fn the_shim_hooks_drivers_whose_entry_points_begin_with_other_prologues() {
+    require_root!();
+    let shim = shim_path();
+    for shape in ["cet", "sub-rsp", "rip-load"] {
+        let dir = wp_tests::prologue_dir(shape).display().to_string();
+        let log =
+            std::env::temp_dir().join(format!("wp-prologue-{shape}-{}.stderr", std::process::id()));
+        let w = Worker::spawn_logged(
+            &["wedge", "10", "300"],
+            &[
+                ("CUDA_INJECTION64_PATH", &shim),
+                ("SIMCUDA_RELEASE_AFTER_S", "8"),
+                ("LD_LIBRARY_PATH", &dir),
+            ],
+            &log,
+        );
+        sleep(secs(1.5));
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", w.pid())).unwrap_or_default();
+        assert!(
+            maps.contains(&dir),
+            "{shape}: the worker did not load {dir}"
+        );
+        let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+        assert_eq!(
+            r["verdict"]["kind"], "kernel_wedge",
+            "{shape}: {}",
+            r["verdict"]
+        );
+        assert_eq!(
+            r["kernels"][0]["kernel"], "_Z17attn_wedge_kernelP7barrierPf",
+            "{shape}: {}",
+            r["kernels"][0]
+        );
+        assert_eq!(r["kernels"][0]["exact"], true, "{shape}");
+        drop(w);
+        let lines: Vec<String> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("wedgeprobe shim"))
+            .map(str::to_string)
+            .collect();
+        let _ = std::fs::remove_file(&log);
+        assert!(lines.is_empty(), "{shape}: the shim fell back: {lines:?}");
+    }
+}
+
 /// A process whose context is on device 1 (a rank on `cuda:1`): its stuck kernel is reported
 /// on device 1 — through the launch hooks (the device of the launch's current context) and
 /// through the driver's callbacks alike (a rank on cuda:1 was reported as dev 0).

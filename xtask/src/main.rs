@@ -124,6 +124,9 @@ fn test() -> anyhow::Result<()> {
     run(cargo().args(["test", "-p", "probe-user", "--test", "layers"]))?;
     // The shim's too: its stages look only down (cupti-shim/tests/layers.rs).
     run(cargo().args(["test", "-p", "cupti-shim", "--test", "layers"]))?;
+    // The patcher on the H200 driver's entry bytes and on prologues gcc and clang emit, each
+    // patched and called through its trampoline (cupti-shim/tests/prologue_corpus.rs).
+    run(cargo().args(["test", "-p", "cupti-shim", "--test", "prologue_corpus"]))?;
     // What ships builds for AArch64 hosts too (the eBPF programs read that architecture's
     // registers; `attach` refuses there with one line): checked, not linked — no cross linker.
     run(cargo().args([

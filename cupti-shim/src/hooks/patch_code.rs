@@ -136,6 +136,16 @@ fn refuse(ip: u64, i: &Instruction, why: &'static str) -> Refusal {
 /// (`al` carries a variadic call's vector count: none of libcuda's entry points is variadic).
 const SCRATCH: [Register; 3] = [Register::RAX, Register::R10, Register::R11];
 
+/// The registers System V passes integer arguments in.
+const ARGUMENTS: [Register; 6] = [
+    Register::RDI,
+    Register::RSI,
+    Register::RDX,
+    Register::RCX,
+    Register::R8,
+    Register::R9,
+];
+
 /// Whether the entry's first instruction can stay in place, and what undoes it.
 fn kept(i: &Instruction, info: &mut InstructionInfoFactory, ip: u64) -> Result<Undo, Refusal> {
     match (i.mnemonic(), i.flow_control()) {
@@ -180,7 +190,19 @@ fn kept(i: &Instruction, info: &mut InstructionInfoFactory, ip: u64) -> Result<U
             OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
         )
     };
-    if info.used_memory().iter().any(|m| writes(m.access())) {
+    // A store below the stack pointer (the red zone: gcc -O0 without a frame pointer spills
+    // arguments there first) is dead by the time the hook runs — no caller keeps data below
+    // its own call's return address — and the trampoline runs it again before the body.
+    let below_stack = |m: &iced_x86::UsedMemory| {
+        m.base() == Register::RSP
+            && m.index() == Register::None
+            && (-128..0).contains(&(m.displacement() as i64))
+    };
+    if info
+        .used_memory()
+        .iter()
+        .any(|m| writes(m.access()) && !below_stack(m))
+    {
         return Err(refuse(
             ip,
             i,
@@ -188,17 +210,45 @@ fn kept(i: &Instruction, info: &mut InstructionInfoFactory, ip: u64) -> Result<U
              cannot be undone before the hook",
         ));
     }
+    // An argument register the instruction overwrites whole without reading it was not an
+    // input of the function (gcc -O1 begins `mov rdx,[rip+GOT]` in a two-argument function):
+    // the trampoline runs the load again, and the hook — which reads only the arguments the
+    // entry point is declared with — passes the register through. Partial (8/16-bit) writes
+    // keep part of the old value, callee-saved registers hold the caller's state: refused.
+    let reads_reg = |reg: Register| {
+        info.used_registers().iter().any(|u| {
+            u.register().full_register() == reg
+                && matches!(
+                    u.access(),
+                    OpAccess::Read
+                        | OpAccess::CondRead
+                        | OpAccess::ReadWrite
+                        | OpAccess::ReadCondWrite
+                )
+        }) || info
+            .used_memory()
+            .iter()
+            .any(|m| m.base().full_register() == reg || m.index().full_register() == reg)
+    };
+    let dead_overwrite = |u: &iced_x86::UsedRegister| {
+        let full = u.register().full_register();
+        u.access() == OpAccess::Write
+            && (u.register().is_gpr32() || u.register().is_gpr64())
+            && ARGUMENTS.contains(&full)
+            && !reads_reg(full)
+    };
     let clobbers = info
         .used_registers()
         .iter()
         .filter(|r| writes(r.access()))
-        .any(|r| !SCRATCH.contains(&r.register().full_register()));
+        .any(|r| !SCRATCH.contains(&r.register().full_register()) && !dead_overwrite(r));
     if clobbers || i.is_stack_instruction() {
         return Err(refuse(
             ip,
             i,
-            "it writes a register the caller's arguments or saved state live in: it must stay \
-             in place (a uprobe on the entry runs it) and cannot be undone before the hook",
+            "it changes a register the function reads (an argument) or keeps for its caller: \
+             it must stay in place (a uprobe on the entry runs it) and cannot be undone before \
+             the hook",
         ));
     }
     Ok(Undo::Nothing)
@@ -643,6 +693,21 @@ mod tests {
             planned(&[0x41, 0x54, 0x48, 0x8b, 0x05, 1, 2, 3, 4, 0xc3]),
             Ok((2, 7, Undo::Pop(Register::R12)))
         );
+        // An argument register overwritten whole, unread (gcc -O1: `mov rdx,[rip+GOT]`): not
+        // an input of the function, so it stays; a store to the red zone (gcc -O0 without a
+        // frame pointer) too.
+        assert_eq!(
+            planned(&[
+                0x48, 0x8b, 0x15, 1, 2, 3, 4, 0x48, 0x8b, 0x02, 0x48, 0x01, 0xf8, 0xc3
+            ]),
+            Ok((7, 6, Undo::Nothing))
+        );
+        assert_eq!(
+            planned(&[
+                0x48, 0x89, 0x7c, 0x24, 0xf8, 0x48, 0x89, 0x74, 0x24, 0xf0, 0xc3
+            ]),
+            Ok((5, 5, Undo::Nothing))
+        );
         // A RIP-relative load into rax first: stays (rax is scratch); a test and a short jcc
         // move (the encoder makes the jcc near).
         assert_eq!(
@@ -669,9 +734,15 @@ mod tests {
                 .why
                 .contains("breakpoint")
         );
-        // The first instruction writes an argument register: it can neither stay nor be undone.
-        let r = refused(&[0x48, 0x89, 0xf2, 0x48, 0x89, 0xe5, 0x41, 0x54, 0xc3]);
-        assert_eq!(r.instruction, "mov rdx,rsi", "{r}");
+        // The first instruction changes an argument it reads: it can neither stay nor be undone.
+        let r = refused(&[0x48, 0x83, 0xc7, 0x08, 0x48, 0x89, 0xe5, 0x41, 0x54, 0xc3]);
+        assert_eq!(r.instruction, "add rdi,8", "{r}");
+        // Half of rdx replaced: the rest of its old value still counts.
+        let r = refused(&[0x8a, 0x15, 1, 2, 3, 4, 0x48, 0x89, 0xe5, 0x41, 0x54, 0xc3]);
+        assert!(r.instruction.starts_with("mov dl"), "{r}");
+        // A callee-saved register written before it is saved.
+        let r = refused(&[0x48, 0x89, 0xfb, 0x48, 0x89, 0xe5, 0x41, 0x54, 0xc3]);
+        assert_eq!(r.instruction, "mov rbx,rdi", "{r}");
         // `mov eax,42; ret`: too short for a jump after its first instruction.
         let r = refused(&[0xb8, 42, 0, 0, 0, 0xc3]);
         assert_eq!((r.offset, r.instruction.as_str()), (5, "ret"), "{r}");
