@@ -30,7 +30,12 @@
  * SIMWORKER_GUARD=1 adds a thread that waits in futex(FUTEX_WAIT) with known values in its
  * callee-saved, argument and vector registers, woken every 10 ms, and checks them after each
  * wake: what `wedgeprobe attach` must restore when it takes such a thread over. At exit it
- * prints "guard wakes N corrupted M" and the process exits 3 if M > 0.
+ * prints "guard (KIND) wakes N corrupted M eintr E" and the process exits 3 if M or E > 0.
+ * SIMWORKER_GUARD=KIND waits otherwise (the waits attach borrows a thread from): futex-timed
+ * (200 ms relative), futex-until (FUTEX_WAIT_BITSET, 200 ms ahead), epoll (epoll_wait, no
+ * timeout, on a pipe), poll (no timeout), ppoll (5 s), select (no timeout), read (a pipe),
+ * nanosleep (20 ms), sleep-until (clock_nanosleep TIMER_ABSTIME, 20 ms ahead); the waker
+ * writes the pipe every 10 ms where there is one.
  *
  * SIMWORKER_IDLE_THREADS=N parks N extra threads in condition waits (a PyTorch process has
  * 50-90 threads, most of them idle pools: what a probe pays per thread shows up with them);
@@ -46,7 +51,13 @@
  * and every mode exits after run_s.
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <stdlib.h>
@@ -174,11 +185,16 @@ static void *short_lived(void *arg) {
 
 /* SIMWORKER_GUARD (see the header). The futex word is never changed: only wakes end a wait. */
 static int guard_word;
-static volatile long guard_wakes, guard_bad;
+static volatile long guard_wakes, guard_bad, guard_eintr;
+static const char *guard_kind = "futex";
+static int guard_pipe[2] = {-1, -1};
+static int guard_epoll = -1;
 
-/* One wait with known register values, then their check: returns how many differ. */
-static long guard_wait(void) {
-    long bad = 0;
+/* One system call (nr, then six arguments) with known values in the callee-saved and vector
+ * registers, then their check and the argument registers' (the kernel keeps them all): returns
+ * how many differ; *ret gets the call's result. */
+static long guard_call(const long c[7], long *ret) {
+    long bad = 0, r;
     __asm__ volatile(
         "movabs $0x1111111111111111, %%r12\n\t"
         "movabs $0x2222222222222222, %%r13\n\t"
@@ -187,14 +203,16 @@ static long guard_wait(void) {
         "movq %%r12, %%xmm6\n\t"
         "movq %%r13, %%xmm7\n\t"
         "movq %%r14, %%xmm8\n\t"
-        "lea %[w], %%rdi\n\t"
-        "mov $0x80, %%esi\n\t"
-        "xor %%edx, %%edx\n\t"
-        "xor %%r10d, %%r10d\n\t"
-        "xor %%r8d, %%r8d\n\t"
-        "xor %%r9d, %%r9d\n\t"
-        "mov $202, %%eax\n\t"
+        "mov %[c], %%rbx\n\t"
+        "mov 8(%%rbx), %%rdi\n\t"
+        "mov 16(%%rbx), %%rsi\n\t"
+        "mov 24(%%rbx), %%rdx\n\t"
+        "mov 32(%%rbx), %%r10\n\t"
+        "mov 40(%%rbx), %%r8\n\t"
+        "mov 48(%%rbx), %%r9\n\t"
+        "mov (%%rbx), %%rax\n\t"
         "syscall\n\t"
+        "mov %%rax, %[r]\n\t"
         "xor %%ecx, %%ecx\n\t"
         "movabs $0x1111111111111111, %%rax\n\t"
         "cmp %%rax, %%r12\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
@@ -204,18 +222,60 @@ static long guard_wait(void) {
         "cmp %%rax, %%r14\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
         "movabs $0x4444444444444444, %%rax\n\t"
         "cmp %%rax, %%r15\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
-        "cmp $0x80, %%rsi\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
-        "test %%rdx, %%rdx\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
-        "test %%r10, %%r10\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
-        "test %%r8, %%r8\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
-        "test %%r9, %%r9\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "cmp 8(%%rbx), %%rdi\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "cmp 16(%%rbx), %%rsi\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "cmp 24(%%rbx), %%rdx\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "cmp 32(%%rbx), %%r10\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "cmp 40(%%rbx), %%r8\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
+        "cmp 48(%%rbx), %%r9\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
         "movq %%xmm6, %%rax\n\t" "cmp %%rax, %%r12\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
         "movq %%xmm7, %%rax\n\t" "cmp %%rax, %%r13\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
         "movq %%xmm8, %%rax\n\t" "cmp %%rax, %%r14\n\t" "setne %%cl\n\t" "add %%rcx, %[bad]\n\t"
-        : [bad] "+r"(bad)
-        : [w] "m"(guard_word)
-        : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
-          "r15", "xmm6", "xmm7", "xmm8", "memory", "cc");
+        : [bad] "+r"(bad), [r] "=m"(r)
+        : [c] "m"(c)
+        : "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13",
+          "r14", "r15", "xmm6", "xmm7", "xmm8", "memory", "cc");
+    *ret = r;
+    return bad;
+}
+
+static struct timespec guard_deadline(long ms) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += ms * 1000000L;
+    t.tv_sec += t.tv_nsec / 1000000000L;
+    t.tv_nsec %= 1000000000L;
+    return t;
+}
+
+/* One wait of SIMWORKER_GUARD's kind: the system calls an attach may borrow a thread from. */
+static long guard_wait(void) {
+    const char *k = guard_kind;
+    char byte;
+    struct pollfd pfd = {.fd = guard_pipe[0], .events = POLLIN};
+    struct epoll_event ev;
+    struct timespec ts = {0, 200 * 1000000L}, abs_ts = guard_deadline(200);
+    struct timespec nap = {0, 20 * 1000000L}, nap_until = guard_deadline(20);
+    fd_set rd;
+    FD_ZERO(&rd);
+    FD_SET(guard_pipe[0] < 0 ? 0 : guard_pipe[0], &rd);
+    long c[7] = {202, (long)&guard_word, 0x80 /* FUTEX_WAIT_PRIVATE */, 0, 0, 0, 0};
+    if (!strcmp(k, "futex-timed")) { c[4] = (long)&ts; }
+    else if (!strcmp(k, "futex-until")) { c[2] = 0x89 /* WAIT_BITSET_PRIVATE */; c[4] = (long)&abs_ts; c[6] = -1; }
+    else if (!strcmp(k, "epoll")) { long e[7] = {232, guard_epoll, (long)&ev, 1, -1, 0, 0}; memcpy(c, e, sizeof c); }
+    else if (!strcmp(k, "poll")) { long e[7] = {7, (long)&pfd, 1, -1, 0, 0, 0}; memcpy(c, e, sizeof c); }
+    else if (!strcmp(k, "ppoll")) { long e[7] = {271, (long)&pfd, 1, (long)&ts, 0, 8, 0}; ts.tv_sec = 5; memcpy(c, e, sizeof c); }
+    else if (!strcmp(k, "select")) { long e[7] = {23, guard_pipe[0] + 1, (long)&rd, 0, 0, 0, 0}; memcpy(c, e, sizeof c); }
+    else if (!strcmp(k, "read")) { long e[7] = {0, guard_pipe[0], (long)&byte, 1, 0, 0, 0}; memcpy(c, e, sizeof c); }
+    else if (!strcmp(k, "nanosleep")) { long e[7] = {35, (long)&nap, 0, 0, 0, 0, 0}; memcpy(c, e, sizeof c); }
+    else if (!strcmp(k, "sleep-until")) { long e[7] = {230, CLOCK_MONOTONIC, 1 /* TIMER_ABSTIME */, (long)&nap_until, 0, 0, 0}; memcpy(c, e, sizeof c); }
+    long ret;
+    long bad = guard_call(c, &ret);
+    if (ret == -EINTR) guard_eintr++;
+    /* Drain what woke it (the pipe's byte; the read took its own). */
+    if (guard_pipe[0] >= 0 && strcmp(k, "read") != 0 && ret > 0) {
+        while (read(guard_pipe[0], &byte, 1) == 1) {}
+    }
     return bad;
 }
 
@@ -231,18 +291,47 @@ static void *guard_thread(void *arg) {
 
 static void *guard_waker(void *arg) {
     (void)arg;
+    /* Its 10 ms pause is a wait attach does not borrow threads from (sigtimedwait on a signal
+     * never sent), so the guard is the thread an attach takes. */
+    sigset_t none;
+    sigemptyset(&none);
+    sigaddset(&none, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &none, NULL);
+    struct timespec tick = {0, 10 * 1000000L};
     for (;;) {
-        usleep(10000);
-        syscall(202, &guard_word, 0x81 /* FUTEX_WAKE_PRIVATE */, 1, NULL, NULL, 0);
+        sigtimedwait(&none, NULL, &tick);
+        if (guard_pipe[1] >= 0) {
+            char b = 1;
+            if (write(guard_pipe[1], &b, 1) < 0) {}
+        } else {
+            syscall(202, &guard_word, 0x81 /* FUTEX_WAKE_PRIVATE */, 1, NULL, NULL, 0);
+        }
     }
     return NULL;
 }
 
+/* SIMWORKER_GUARD's kind: "1" or "futex" (the default), or another wait (see the header). */
+static void guard_start(const char *kind) {
+    if (strcmp(kind, "1") != 0) guard_kind = kind;
+    if (!strcmp(guard_kind, "epoll") || !strcmp(guard_kind, "poll") || !strcmp(guard_kind, "ppoll") ||
+        !strcmp(guard_kind, "select") || !strcmp(guard_kind, "read")) {
+        if (pipe(guard_pipe) != 0) { perror("pipe"); exit(2); }
+        /* Drained without blocking; the read kind reads one byte at a time anyway. */
+        if (strcmp(guard_kind, "read") != 0) fcntl(guard_pipe[0], F_SETFL, O_NONBLOCK);
+    }
+    if (!strcmp(guard_kind, "epoll")) {
+        guard_epoll = epoll_create1(0);
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = guard_pipe[0]};
+        epoll_ctl(guard_epoll, EPOLL_CTL_ADD, guard_pipe[0], &ev);
+    }
+}
+
 static void guard_report(void) {
     if (!getenv("SIMWORKER_GUARD")) return;
-    printf("guard wakes %ld corrupted %ld\n", guard_wakes, guard_bad);
+    printf("guard (%s) wakes %ld corrupted %ld eintr %ld\n", guard_kind, guard_wakes, guard_bad,
+           guard_eintr);
     fflush(stdout);
-    if (guard_bad) _exit(3);
+    if (guard_bad || guard_eintr) _exit(3);
 }
 
 int main(int argc, char **argv) {
@@ -270,6 +359,7 @@ int main(int argc, char **argv) {
     }
     if (getenv("SIMWORKER_GUARD")) {
         pthread_t g, w;
+        guard_start(getenv("SIMWORKER_GUARD"));
         pthread_create(&g, NULL, guard_thread, NULL);
         pthread_setname_np(g, "guard");
         pthread_create(&w, NULL, guard_waker, NULL);

@@ -154,6 +154,43 @@ fn attach_hooks_drivers_whose_entry_points_begin_with_other_prologues() {
     }
 }
 
+/// The thread an attach borrows may be idle in any wait a server's threads sit in — a timed
+/// futex (relative or until a time), `epoll_wait`, `poll`, `ppoll`, `select`, a `read` on a
+/// pipe, `nanosleep`, `clock_nanosleep` until a time — not only an untimed futex (refused on
+/// c6de343: "no thread … is idle in a futex wait"). The output names the thread and its wait;
+/// the thread comes back with every register and its wait as they were, and never sees EINTR.
+#[test]
+fn attach_borrows_a_thread_idle_in_any_restartable_wait() {
+    require_root!();
+    for (kind, says) in [
+        ("futex-timed", "a futex wait with a timeout"),
+        ("futex-until", "a futex wait until a time"),
+        ("epoll", "epoll_wait"),
+        ("poll", "from poll"),
+        ("ppoll", "ppoll"),
+        ("select", "select"),
+        ("read", "read on a pipe"),
+        ("nanosleep", "nanosleep"),
+        ("sleep-until", "clock_nanosleep until a time"),
+    ] {
+        let w = Worker::spawn_piped(&["loop", "5"], &[("SIMWORKER_GUARD", kind)]);
+        w.wait_for_cuda();
+        sleep(secs(0.3));
+        let text = attach_ok(&w);
+        assert!(
+            text.contains("(guard), borrowed from") && text.contains(says),
+            "{kind}: {text}"
+        );
+        untraced(w.pid()).unwrap();
+        let (code, stdout) = finish(w);
+        assert_eq!(code, Some(0), "{kind}: the worker's guard: {stdout}");
+        assert!(
+            stdout.contains(&format!("guard ({kind})")) && stdout.contains("corrupted 0 eintr 0"),
+            "{kind}: {stdout}"
+        );
+    }
+}
+
 /// A hundred attaches SIGKILLed at random points (before, during and after the injection and
 /// the patching): each target keeps running, untraced, and finishes with its guard thread's
 /// registers intact; a journal left by a shim that loaded says recording or off — never stuck

@@ -19,9 +19,10 @@ pub fn run(args: &AttachArgs, out: &mut impl Write) -> Result<(), Error> {
                 } else {
                     writeln!(
                         out,
-                        "pid {pid} ({}): attached in {:.1} s; the shim records now ({} entry \
-                         points hooked, journal {}; launches before it are not in it)",
-                        a.comm, a.seconds, a.hooks, a.journal
+                        "pid {pid} ({}): attached in {:.1} s through thread {} ({}), borrowed \
+                         from {} and given back; the shim records now ({} entry points hooked, \
+                         journal {}; launches before it are not in it)",
+                        a.comm, a.seconds, a.tid, a.thread, a.waiting_in, a.hooks, a.journal
                     )?;
                 }
             }

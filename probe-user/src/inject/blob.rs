@@ -304,12 +304,13 @@ pub fn patched(page_len: u64, cookie: u64, regs: [u64; 16], rip: u64) -> Vec<u8>
 }
 
 /// The registers to resume with, in the order of `wp_blob_regs`, from the thread's registers
-/// at its system call's entry: rax carries the call's number (the syscall instruction is
-/// then made again, two bytes before `rip`).
-pub fn resume_words(r: &super::ptrace::Regs) -> [u64; 16] {
+/// and what rax is to hold: the call's number where the blob jumps back to the syscall
+/// instruction (the call made again), or the call's result where it jumps back past it (a
+/// wait taken as it ended).
+pub fn resume_words(r: &super::ptrace::Regs, rax: u64) -> [u64; 16] {
     [
         r.r15, r.r14, r.r13, r.r12, r.rbp, r.rbx, r.r11, r.r10, r.r9, r.r8, r.rcx, r.rdx, r.rsi,
-        r.rdi, r.rsp, r.orig_rax,
+        r.rdi, r.rsp, rax,
     ]
 }
 

@@ -38,6 +38,8 @@ pub enum InjectError {
     Timeout { step: u64, waited: Duration },
     #[error("thread {tid} was not where it was seen a moment ago")]
     ThreadBusy { tid: u32 },
+    #[error("thread {tid}'s wait did not end in time to borrow it as it ended")]
+    ThreadSlow { tid: u32 },
     #[error("attach failed: {0}")]
     Failed(String),
 }
@@ -62,7 +64,10 @@ impl InjectError {
             Self::NotTraceable(_) | Self::MissingCapability { .. } => exit::PRIVILEGE,
             Self::Refused(_) | Self::Blocked { .. } => exit::ATTACH_REFUSED,
             Self::UnsafeShim { .. } => exit::UNSAFE_SHIM,
-            Self::Timeout { .. } | Self::ThreadBusy { .. } | Self::Failed(_) => exit::ATTACH_FAILED,
+            Self::Timeout { .. }
+            | Self::ThreadBusy { .. }
+            | Self::ThreadSlow { .. }
+            | Self::Failed(_) => exit::ATTACH_FAILED,
         }
     }
 }
@@ -72,8 +77,11 @@ impl InjectError {
 pub struct Attached {
     pub pid: u32,
     pub comm: String,
-    /// The thread that ran the injection.
+    /// The thread that ran the injection: its id, its name, and the wait it was borrowed from
+    /// (and given back to).
     pub tid: u32,
+    pub thread: String,
+    pub waiting_in: &'static str,
     /// Code words written (launch entry points and the other hooked calls).
     pub hooks: usize,
     pub journal: String,

@@ -71,14 +71,44 @@ pub fn wait_stop(tid: u32, timeout: Duration) -> Option<Stop> {
     }
 }
 
+/// The calls the kernel ends with `EINTR` when their thread is stopped (signal(7),
+/// "Interruption of system calls and library functions by stop signals"), instead of making
+/// them again: `epoll_wait`, `epoll_pwait`, `epoll_pwait2`, `semop`, `semtimedop`,
+/// `rt_sigtimedwait`, and socket calls with a send or receive timeout (`read`, `write`,
+/// `recvfrom`, `sendto`, `recvmsg`, `sendmsg`, `accept`, `accept4`, `connect`).
+const EINTR_ON_STOP: [u64; 15] = [
+    232, 281, 441, 65, 220, 128, 0, 1, 45, 44, 47, 46, 43, 288, 42,
+];
+const EINTR: i64 = 4;
+const ERESTARTNOHAND: i64 = 514;
+
+/// At a stop of ours inside one of `EINTR_ON_STOP` that our stop ended with `EINTR`: has the
+/// kernel make the call again when the thread goes on, as it does for every other call, so the
+/// program never sees an `EINTR` it did not cause (measured: an attach's stops ended a
+/// `epoll_wait` with no timeout twice, on the simulated driver's guard thread). Where a signal
+/// handler runs first the kernel returns `EINTR` all the same, as without us. A call with a
+/// timeout waits it anew.
+fn no_eintr(tid: u32) {
+    let Ok(mut r) = regs(tid) else { return };
+    if EINTR_ON_STOP.contains(&r.orig_rax) && r.rax as i64 == -EINTR {
+        r.rax = (-ERESTARTNOHAND) as u64;
+        let _ = set_regs(tid, r);
+    }
+}
+
 /// Stops a seized thread: `Some(signal)` when it stopped for a signal first (to be handed on
-/// when it goes on), `Err` when it did not stop within `timeout` or exited.
+/// when it goes on), `Err` when it did not stop within `timeout` or exited. A call our stop
+/// ended with `EINTR` is made again when it goes on (`no_eintr`).
 pub fn stop(tid: u32, timeout: Duration) -> Result<Option<Signal>, Stop> {
     interrupt(tid).map_err(|_| Stop::Exited)?;
     let mut pending = None;
     loop {
         match wait_stop(tid, timeout) {
-            Some(Stop::Interrupt) | Some(Stop::Syscall) => return Ok(pending),
+            Some(Stop::Interrupt) => {
+                no_eintr(tid);
+                return Ok(pending);
+            }
+            Some(Stop::Syscall) => return Ok(pending),
             Some(Stop::Signal(sig)) => {
                 // Held until the thread goes on; the interrupt's own stop follows.
                 pending = Some(sig);

@@ -54,21 +54,24 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
     // A thread seen idle may wake before it is stopped (a pool woken every few ms): it is let
     // go untouched, and the choice made again.
     let mut attempts = 0;
+    // Threads whose relative wait did not end in time: not tried again.
+    let mut slow = Vec::new();
     let ran = loop {
         attempts += 1;
-        let Some(tid) = remote::pick_thread(pid, &code, &[]) else {
+        let Some(idle) = remote::pick_thread(pid, &code, &slow) else {
             if attempts < 20 {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
             return Err(InjectError::Refused(format!(
-                "no thread of pid {pid} is idle in a futex wait to take over (attach needs one \
-                 outside the driver; a Python or PyTorch process has many)"
+                "no thread of pid {pid} is idle in a wait attach can borrow it from (a futex, \
+                 epoll, poll, select or sleep wait, or a read on a pipe or socket) outside the \
+                 driver; a Python or PyTorch process has many"
             )));
         };
         match remote::run(remote::Plan {
             pid,
-            tid,
+            idle,
             dlopen,
             dlsym,
             image: &image,
@@ -77,6 +80,10 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
         }) {
             Ok(ran) => break ran,
             Err(InjectError::ThreadBusy { .. }) if attempts < 20 => continue,
+            Err(InjectError::ThreadSlow { tid }) if attempts < 20 => {
+                slow.push(tid);
+                continue;
+            }
             Err(e) => return Err(e),
         }
     };
@@ -114,10 +121,15 @@ pub fn attach(pid: u32, shim: &Path) -> Result<Attached, InjectError> {
              within 3 s"
         )));
     }
+    let thread = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_default();
     Ok(Attached {
         pid,
         comm: target.comm.clone(),
         tid,
+        thread,
+        waiting_in: ran.wait.describe(),
         hooks,
         journal,
         seconds: start.elapsed().as_secs_f64(),
