@@ -257,7 +257,20 @@ def mbarrier(run, mode, api, min_queue):
     time.sleep(4.5)
     ans = run.report([p.pid], "--kernel-floor", "2s")
     check_wedge(run, ans, "mbarrier", api, 1000, min_queue)
+    launches_via(run, ans)
     run.check("reproducer exits 0 once released", run.exit_code(p) == 0)
+
+
+def launches_via(run, ans):
+    """The shim's mode at start on this machine's driver, as the report's journal says it:
+    its launch hooks, or the driver's callbacks and why (issue 31)."""
+    for t in ans.get("targets") or []:
+        j = t.get("journal") or {}
+        if j:
+            why = j.get("launch_callbacks")
+            run.notes.append(f"shim at start (pid {t.get('pid')}): launches recorded through "
+                             + (f"the driver's callbacks: {why}" if why else "its launch hooks"))
+            run.check("the shim's launch hooks record (no fallback to callbacks)", not why, why)
 
 
 @scenario("launch-wedge")
@@ -418,7 +431,7 @@ def attach_then_wedge(run):
         return
     r, wall = run.wp("attach", "--pid", str(p.pid))
     run.check("attach succeeds", r.returncode == 0, (r.stdout + r.stderr).strip()[-300:])
-    run.notes.append(f"attach took {wall:.2f} s (wall, the command)")
+    run.notes.append(f"attach took {wall:.2f} s (wall, the command): {r.stdout.strip()[:300]}")
     time.sleep(14)
     ans = run.report([p.pid], "--kernel-floor", "2s")
     run.check("verdict kernel_wedge", ans.get("verdict", {}).get("kind") == "kernel_wedge",
@@ -890,6 +903,40 @@ def mark_price(run):
                   if l.startswith(("probe:", "writes measured", "kernels of", "  ", "CAN_USE"))]
     run.check("mark_bubble exits 0", code == 0, run.err(p)[-300:])
     run.check("every variant measured", "not measured" not in out, None)
+
+
+@scenario("callbacks-price", sets=("cost",))
+def callbacks_price(run):
+    """The price of the mode the shim falls back to when its launch hooks cannot go in (the
+    driver's CUPTI callbacks record launches), beside the hooks', on the launch-bound C loop:
+    turns of no shim, the shim (hooks) and the shim with `WEDGEPROBE_SHIM_HOOKS=off`, in a
+    random order each round."""
+    exe = run.h.cuda("launch_bench")
+    if not exe:
+        run.check("launch_bench builds", False, "see logs/build-launch_bench.log")
+        return
+    rounds = 4 if run.h.quick else 12
+    rng = random.Random(13)
+    sides = {"no shim": None, "shim, launch hooks": {},
+             "shim, callbacks": {"WEDGEPROBE_SHIM_HOOKS": "off"}}
+    per = {k: [] for k in sides}
+    for i in range(rounds):
+        for label in rng.sample(list(sides), len(sides)):
+            env = sides[label]
+            p = run.start(["taskset", "-c", "2-9", exe, "200000"], shim=env is not None,
+                          env=env or {}, suffix=f"callbacks-{i}-{label.split(',')[-1].strip().replace(' ', '-')}")
+            if run.exit_code(p, 60) != 0:
+                run.check(f"launch_bench ({label}) exits 0", False, run.err(p)[-300:])
+                return
+            m = re.search(r"wall_ns_per_launch ([0-9.]+) thread_cpu_ns_per_launch ([0-9.]+)", run.out(p))
+            per[label].append(float(m.group(1)))
+    base = statistics.median(per["no shim"])
+    for label in ("shim, launch hooks", "shim, callbacks"):
+        diffs = sorted(b - a for a, b in zip(per["no shim"], per[label]))
+        q1, med, q3 = diffs[len(diffs) // 4], statistics.median(diffs), diffs[(3 * len(diffs)) // 4]
+        run.notes.append(f"{label} vs no shim (launch_bench C loop, {rounds} paired turns, wall): "
+                         f"{med:+.1f} ns/launch (quartiles {q1:+.1f}..{q3:+.1f}) on {base:.0f} ns "
+                         f"= {100 * med / base:+.2f}%")
 
 
 def always_on(run, rounds):

@@ -95,8 +95,11 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
             rec.turn_off();
             let status = match why.kind {
                 hooks::install::NotHookedKind::NoLibcuda => ATTACH_NO_LIBCUDA,
-                hooks::install::NotHookedKind::Refused => ATTACH_HOOKS_REFUSED,
-                hooks::install::NotHookedKind::Failed => ATTACH_FAILED,
+                hooks::install::NotHookedKind::Refused
+                | hooks::install::NotHookedKind::Breakpoint => ATTACH_HOOKS_REFUSED,
+                hooks::install::NotHookedKind::Failed
+                | hooks::install::NotHookedKind::TurnedOff
+                | hooks::install::NotHookedKind::NotX86 => ATTACH_FAILED,
             };
             (status, why.line)
         })?;

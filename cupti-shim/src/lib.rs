@@ -141,11 +141,7 @@ fn init() -> Result<(), String> {
         if rec.record_mode() == probe_common::journal::RECORD_MARKS && !verify {
             match backend::cupti::attach_without_cupti() {
                 Ok(()) => return Ok(()),
-                Err(why) => {
-                    let mut line = b"recording through CUPTI callbacks (dearer): ".to_vec();
-                    line.extend_from_slice(why.as_bytes());
-                    log_line(&line);
-                }
+                Err(why) => why.fell_back("recording through CUPTI callbacks (dearer): "),
             }
         }
         return backend::cupti::attach().inspect_err(|_| rec.turn_off());

@@ -84,6 +84,45 @@ pub const JOURNAL_ATTACHED_LATE: u32 = 1;
 /// `Header::flags` bit: the shim samples its threads' CPU clocks (`ThreadSlot::busy_since_ns`),
 /// so a spin that began before attach is dated by what the thread did, not by its life.
 pub const JOURNAL_CPU_SAMPLED: u32 = 2;
+/// `Header::flags` bits 8..16: why launches are recorded through the driver's callbacks
+/// (CUPTI's; the simulated driver's) instead of the shim's launch hooks, a `CALLBACKS_*` code —
+/// 0 where the hooks record them, or where the exact mode's per-kernel records use the
+/// callbacks by design. Set once, at start (zero in older journals).
+pub const JOURNAL_CALLBACKS_SHIFT: u32 = 8;
+pub const JOURNAL_CALLBACKS_MASK: u32 = 0xff << JOURNAL_CALLBACKS_SHIFT;
+/// `WEDGEPROBE_SHIM_HOOKS=off` in the process's environment.
+pub const CALLBACKS_TURNED_OFF: u32 = 1;
+/// libcuda lacks one of the launch entry points.
+pub const CALLBACKS_NO_ENTRY_POINT: u32 = 2;
+/// A launch entry point's first instructions cannot be moved safely.
+pub const CALLBACKS_CODE_REFUSED: u32 = 3;
+/// A breakpoint (a uprobe, a debugger's) sat on a launch entry point at start.
+pub const CALLBACKS_BREAKPOINT: u32 = 4;
+/// The hooks are x86-64 only.
+pub const CALLBACKS_NOT_X86: u32 = 5;
+/// Anything else (no memory near libcuda, mprotect refused, …).
+pub const CALLBACKS_FAILED: u32 = 6;
+
+/// Why a journal's launches come through the driver's callbacks (`JOURNAL_CALLBACKS_*` of
+/// `flags`), in words; `None` where the launch hooks record them.
+pub fn launch_callbacks_why(flags: u32) -> Option<&'static str> {
+    Some(
+        match (flags & JOURNAL_CALLBACKS_MASK) >> JOURNAL_CALLBACKS_SHIFT {
+            0 => return None,
+            CALLBACKS_TURNED_OFF => "launch hooks turned off (WEDGEPROBE_SHIM_HOOKS)",
+            CALLBACKS_NO_ENTRY_POINT => "libcuda lacks a launch entry point",
+            CALLBACKS_CODE_REFUSED => {
+                "a launch entry point's first instructions cannot be moved safely (the target's log says which)"
+            }
+            CALLBACKS_BREAKPOINT => {
+                "a breakpoint was on a launch entry point at start (a uprobe, or a debugger)"
+            }
+            CALLBACKS_NOT_X86 => "launch hooks are x86-64 only",
+            _ => "the launch hooks could not be put in (the target's log says why)",
+        },
+    )
+}
+
 /// The name of the record standing for a stream's work queued before the shim was attached.
 pub const PRE_ATTACH_NAME: &[u8] = b"(work queued before wedgeprobe attached)";
 

@@ -159,6 +159,42 @@ fn the_daemon_picks_up_a_process_started_after_it_and_forgets_it_when_it_exits()
     );
 }
 
+/// Where a shim records launches through the driver's callbacks (the dearer path) instead of
+/// its hooks, the daemon's metrics say so with why — not only the target's log (issue 31) —
+/// and say `hooks` for a shim whose hooks are in.
+#[test]
+fn the_daemons_metrics_say_how_each_shim_records_launches() {
+    require_root!();
+    let d = Daemon::start("launches-via", "");
+    let shim = shim_path();
+    let off = Worker::spawn(
+        &["healthy", "6"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("WEDGEPROBE_SHIM_HOOKS", "off"),
+        ],
+    );
+    let on = Worker::spawn(&["healthy", "6"], &[("CUDA_INJECTION64_PATH", &shim)]);
+    let series = |m: &str, pid: u32| -> Option<String> {
+        m.lines()
+            .find(|l| {
+                l.starts_with("wedgeprobe_shim_launches_via{")
+                    && l.contains(&format!("pid=\"{pid}\""))
+            })
+            .map(str::to_string)
+    };
+    let m = d.wait_metrics(secs(15.0), |m| {
+        series(m, off.pid()).is_some() && series(m, on.pid()).is_some()
+    });
+    let off_line = series(&m, off.pid()).unwrap();
+    assert!(
+        off_line.contains("via=\"callbacks\"") && off_line.contains("WEDGEPROBE_SHIM_HOOKS"),
+        "{off_line}"
+    );
+    let on_line = series(&m, on.pid()).unwrap();
+    assert!(on_line.contains("via=\"hooks\""), "{on_line}");
+}
+
 /// A process that loads the shim at CUDA's initialisation, found before it initialised (the
 /// daemon started before the serving process, as on a node): the daemon waits for the journal
 /// and attaches with no launch probe. Had it put uprobes on libcuda's entry points during the

@@ -659,6 +659,25 @@ fn without_launch_hooks_the_shim_says_so_and_still_names_the_stuck_kernel() {
             r["kernels"][0]
         );
         assert_eq!(r["kernels"][0]["exact"], true, "hooks {hooks}");
+        // The report says how launches are recorded, not only the target's log.
+        let via = &r["targets"][0]["journal"]["launch_callbacks"];
+        if hooks == "on" {
+            assert!(via.is_null(), "hooks on: {via}");
+        } else {
+            assert!(
+                via.as_str()
+                    .is_some_and(|w| w.contains("WEDGEPROBE_SHIM_HOOKS")),
+                "hooks off: {}",
+                r["targets"][0]["journal"]
+            );
+            let text = wedgeprobe(&["report", "--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+            let text = String::from_utf8_lossy(&text.stdout);
+            assert!(
+                text.contains("records launches through the driver's callbacks")
+                    && text.contains("WEDGEPROBE_SHIM_HOOKS"),
+                "{text}"
+            );
+        }
         drop(w);
         let lines: Vec<String> = std::fs::read_to_string(&log)
             .unwrap_or_default()

@@ -209,9 +209,7 @@ pub fn attach() -> Result<(), String> {
             false,
         )
     {
-        let mut line = b"launches recorded through CUPTI callbacks (dearer): ".to_vec();
-        line.extend_from_slice(why.line.as_bytes());
-        crate::log_line(&line);
+        why.fell_back("launches recorded through CUPTI callbacks (dearer): ");
     }
     // SAFETY: documented CUPTI calls with valid arguments; the callbacks are extern "C" fns
     // that live for the whole process.
@@ -355,9 +353,12 @@ static LATE: AtomicBool = AtomicBool::new(false);
 /// cost ~12–18% on the launch-bound graph loop (BENCHMARKS.md). CUPTI is attached later only
 /// if per-kernel records are wanted (a `trace` lease, or marks failing). `Err`: the hooks
 /// could not be installed (the caller records through CUPTI instead).
-pub fn attach_without_cupti() -> Result<(), String> {
-    crate::hooks::install::install(hook_resolve(), true).map_err(|why| why.line)?;
-    spawn_flush_thread()
+pub fn attach_without_cupti() -> Result<(), crate::hooks::install::NotHooked> {
+    crate::hooks::install::install(hook_resolve(), true)?;
+    spawn_flush_thread().map_err(|why| crate::hooks::install::NotHooked {
+        kind: crate::hooks::install::NotHookedKind::Failed,
+        line: why,
+    })
 }
 
 /// How the launch hooks name streams and graphs when CUPTI is not loaded.

@@ -97,9 +97,7 @@ pub fn attach() -> bool {
             true,
         )
     {
-        let mut line = b"launches recorded through the driver's callbacks: ".to_vec();
-        line.extend_from_slice(why.line.as_bytes());
-        crate::log_line(&line);
+        why.fell_back("launches recorded through the driver's callbacks: ");
     }
     true
 }

@@ -44,8 +44,42 @@ pub enum NotHookedKind {
     NoLibcuda,
     /// A launch entry point's code cannot be moved safely (`patch_code::Refusal`).
     Refused,
-    /// Anything else: turned off, already tried, no memory near libcuda…
+    /// A breakpoint (a uprobe, a debugger's) is on a launch entry point.
+    Breakpoint,
+    /// `WEDGEPROBE_SHIM_HOOKS=off`.
+    TurnedOff,
+    /// Not an x86-64 process.
+    NotX86,
+    /// Anything else: already tried, no memory near libcuda…
     Failed,
+}
+
+impl NotHooked {
+    /// The journal's `CALLBACKS_*` code for it.
+    pub fn callbacks_code(&self) -> u32 {
+        use probe_common::journal::*;
+        match self.kind {
+            NotHookedKind::NoLibcuda => CALLBACKS_NO_ENTRY_POINT,
+            NotHookedKind::Refused => CALLBACKS_CODE_REFUSED,
+            NotHookedKind::Breakpoint => CALLBACKS_BREAKPOINT,
+            NotHookedKind::TurnedOff => CALLBACKS_TURNED_OFF,
+            NotHookedKind::NotX86 => CALLBACKS_NOT_X86,
+            NotHookedKind::Failed => CALLBACKS_FAILED,
+        }
+    }
+
+    /// Launches go through the driver's callbacks from now on: the journal says why (what
+    /// `report`'s header and the daemon's metrics show), and the target's log in one line
+    /// starting with `prefix`.
+    pub fn fell_back(&self, prefix: &str) {
+        if let Some(rec) = crate::record::get() {
+            rec.writer()
+                .set_flags(self.callbacks_code() << probe_common::journal::JOURNAL_CALLBACKS_SHIFT);
+        }
+        let mut line = prefix.as_bytes().to_vec();
+        line.extend_from_slice(self.line.as_bytes());
+        crate::log_line(&line);
+    }
 }
 
 impl NotHooked {
@@ -75,14 +109,19 @@ struct Prepared {
 /// `with_calls`, and writes every trampoline.
 fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, NotHooked> {
     if std::env::var("WEDGEPROBE_SHIM_HOOKS").is_ok_and(|v| v == "off" || v == "0") {
-        return Err("launch hooks turned off by WEDGEPROBE_SHIM_HOOKS".into());
+        return Err(NotHooked {
+            kind: NotHookedKind::TurnedOff,
+            line: "launch hooks turned off by WEDGEPROBE_SHIM_HOOKS".into(),
+        });
     }
     // The trampolines move x86-64 instructions (`patch_code`): on another architecture say
     // so, rather than refuse libcuda's code.
     if cfg!(not(target_arch = "x86_64")) {
-        return Err(
-            "launch hooks are x86-64 only (this shim is built for another architecture)".into(),
-        );
+        return Err(NotHooked {
+            kind: NotHookedKind::NotX86,
+            line: "launch hooks are x86-64 only (this shim is built for another architecture)"
+                .into(),
+        });
     }
     // SAFETY: RTLD_NOLOAD only finds a libcuda the process has loaded already.
     let h = unsafe {
@@ -110,7 +149,11 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, NotHooked> {
         // SAFETY: an exported function's entry.
         if let Err(refusal) = unsafe { patch_code::plan_at(p) } {
             return Err(NotHooked {
-                kind: NotHookedKind::Refused,
+                kind: if refusal.why == patch_code::BREAKPOINT {
+                    NotHookedKind::Breakpoint
+                } else {
+                    NotHookedKind::Refused
+                },
                 line: format!(
                     "libcuda's {} cannot be hooked safely: {refusal}",
                     name.to_string_lossy()

@@ -55,6 +55,9 @@ pub const HEAD: usize = 80;
 /// The most bytes of a function scanned for branches into the replaced bytes.
 pub const SCAN_MAX: usize = 4096;
 
+/// The refusal of an entry point someone's breakpoint is on.
+pub const BREAKPOINT: &str = "a breakpoint is on this entry point (a uprobe, or a debugger)";
+
 /// Why a function is not patched: which instruction (its offset from the entry and its text)
 /// and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,13 +152,7 @@ const ARGUMENTS: [Register; 6] = [
 /// Whether the entry's first instruction can stay in place, and what undoes it.
 fn kept(i: &Instruction, info: &mut InstructionInfoFactory, ip: u64) -> Result<Undo, Refusal> {
     match (i.mnemonic(), i.flow_control()) {
-        (Mnemonic::Int3, _) => {
-            return Err(refuse(
-                ip,
-                i,
-                "a breakpoint is on this entry point (a uprobe, or a debugger)",
-            ));
-        }
+        (Mnemonic::Int3, _) => return Err(refuse(ip, i, BREAKPOINT)),
         (_, FlowControl::Next) => {}
         (Mnemonic::Jmp, _) => {
             return Err(refuse(

@@ -430,6 +430,7 @@ impl Collector {
                     ring_skipped: cursor.skipped,
                     drops: view.drops().into_iter().collect(),
                     attached_late: view.attached_late(),
+                    launch_callbacks: view.launch_callbacks_why(),
                 },
             );
             lap.mark(&mut self.phases[6]);

@@ -205,6 +205,12 @@ impl JournalView {
 
     /// The shim was injected into the running process (`wedgeprobe attach`): launches from
     /// before the journal's creation are not in it.
+    /// Why the shim records launches through the driver's callbacks, not its launch hooks
+    /// (`None`: the hooks record them).
+    pub fn launch_callbacks_why(&self) -> Option<&'static str> {
+        probe_common::journal::launch_callbacks_why(self.header.flags)
+    }
+
     pub fn attached_late(&self) -> bool {
         self.header.flags & probe_common::journal::JOURNAL_ATTACHED_LATE != 0
     }

@@ -490,6 +490,10 @@ pub struct JournalInfo {
     /// The shim was put into the running process (`wedgeprobe attach`): its launches from
     /// before are not in the journal.
     pub attached_late: bool,
+    /// Why the shim records launches through the driver's callbacks (CUPTI's), the dearer
+    /// path, instead of its launch hooks; absent where the hooks record them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_callbacks: Option<&'static str>,
 }
 
 /// One thread inside a driver call, as reports show it.

@@ -220,6 +220,13 @@ impl Report {
                 },
                 t.launch_probes
             )?;
+            if let Some(why) = t.journal.as_ref().and_then(|j| j.launch_callbacks) {
+                writeln!(
+                    out,
+                    "  its shim records launches through the driver's callbacks, not its launch \
+                     hooks (the dearer path: BENCHMARKS.md, the recorder's price): {why}"
+                )?;
+            }
             if t.journal.as_ref().is_some_and(|j| j.attached_late) {
                 writeln!(
                     out,

@@ -585,6 +585,12 @@ fn process_metrics(collector: &Collector, pid: u32, ev: &Evaluation) -> ProcessM
         journal_drops: journal.map_or(vec![], |j| j.drops.iter().map(|(k, v)| (*k, *v)).collect()),
         journal_ring_lost: journal.map_or(0, |j| j.ring_lost),
         journal_ring_skipped: journal.map_or(0, |j| j.ring_skipped),
+        launches_via: journal.map(|j| match (j.launch_callbacks, j.record) {
+            (Some(why), _) => ("callbacks", why),
+            // Per-kernel records come with the driver's callbacks by design.
+            (None, "per-kernel") => ("callbacks", "per-kernel records (the exact mode)"),
+            (None, _) => ("hooks", ""),
+        }),
     }
 }
 

@@ -56,6 +56,9 @@ pub struct ProcessMetrics {
     pub journal_drops: Vec<(&'static str, u64)>,
     pub journal_ring_lost: u64,
     pub journal_ring_skipped: u64,
+    /// How the shim records launches, where there is a journal: (`hooks` or `callbacks`, why
+    /// callbacks — empty for hooks).
+    pub launches_via: Option<(&'static str, &'static str)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -303,6 +306,21 @@ fn jobs(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
 
 /// What the shims could not record, and journal records lost or skipped.
 fn journals(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
+    gauge(
+        e,
+        "wedgeprobe_shim_launches_via",
+        "How a process's shim records launches: via=\"hooks\" (its launch hooks) or \"callbacks\" (the driver's, the dearer path), with why.",
+        &s.processes
+            .iter()
+            .filter_map(|p| {
+                let (via, why) = p.launches_via?;
+                let mut l = pid_label(p);
+                l.push(("via", via.to_string()));
+                l.push(("why", why.to_string()));
+                Some((l, 1u64))
+            })
+            .collect::<Vec<_>>(),
+    )?;
     counter(
         e,
         "wedgeprobe_journal_dropped",
