@@ -32,11 +32,18 @@ if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'
   rustup component add rust-src --toolchain nightly
 fi
 
-# The workspace is also checked for AArch64 (Grace Hopper / Grace Blackwell hosts) by
-# `cargo xtask test`: the standard library for that target.
-if ! rustup target list --installed | grep -q '^aarch64-unknown-linux-gnu$'; then
+# The workspace's pinned toolchain (rust-toolchain.toml: aya 0.16 needs Rust 1.98), with the
+# AArch64 standard library: `cargo xtask test` also checks the workspace for AArch64 (Grace
+# Hopper / Grace Blackwell hosts).
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+PINNED="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$REPO/rust-toolchain.toml")"
+if ! rustup toolchain list | grep -q "^$PINNED"; then
+  log "installing the pinned toolchain $PINNED"
+  rustup toolchain install "$PINNED" --profile minimal -c clippy -c rustfmt
+fi
+if ! rustup target list --toolchain "$PINNED" --installed | grep -q '^aarch64-unknown-linux-gnu$'; then
   log "adding the aarch64-unknown-linux-gnu target (the AArch64 build check)"
-  rustup target add aarch64-unknown-linux-gnu
+  rustup target add aarch64-unknown-linux-gnu --toolchain "$PINNED"
 fi
 
 if ! command -v bpf-linker >/dev/null 2>&1 || ! bpf-linker --version >/dev/null 2>&1; then

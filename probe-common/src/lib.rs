@@ -28,13 +28,23 @@ pub mod programs {
     pub const CALL_EXIT: &str = "wp_call_exit";
     pub const NAME_ENTER: &str = "wp_name_enter";
     pub const NAME_EXIT: &str = "wp_name_exit";
+    /// The same four in `uprobe.multi` / `uretprobe.multi` sections: one link per program and
+    /// process (kernels with `uprobe_multi`, ≥ 6.6 with its process-wide pid filter).
+    pub const CALL_ENTER_MULTI: &str = "wp_call_enter_m";
+    pub const CALL_EXIT_MULTI: &str = "wp_call_exit_m";
+    pub const NAME_ENTER_MULTI: &str = "wp_name_enter_m";
+    pub const NAME_EXIT_MULTI: &str = "wp_name_exit_m";
     pub const SCHED_YIELD: &str = "wp_sched_yield";
     pub const ON_CPU: &str = "wp_on_cpu";
-    pub const ALL: [&str; 6] = [
+    pub const ALL: [&str; 10] = [
         CALL_ENTER,
         CALL_EXIT,
         NAME_ENTER,
         NAME_EXIT,
+        CALL_ENTER_MULTI,
+        CALL_EXIT_MULTI,
+        NAME_ENTER_MULTI,
+        NAME_EXIT_MULTI,
         SCHED_YIELD,
         ON_CPU,
     ];

@@ -170,6 +170,16 @@ pub fn wp_call_enter(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// `wp_call_enter` in a `uprobe.multi` section (aya-ebpf 0.2's macro has no `multi`): one
+/// link holds every entry point of a process's libcuda, closed in one step — a perf-event
+/// uprobe link costs the kernel a grace period each when closed, ~100 ms here (issue 34).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uprobe.multi")]
+pub fn wp_call_enter_m(ctx: *mut core::ffi::c_void) -> u32 {
+    let _ = try_call_enter(&ProbeContext::new(ctx));
+    0
+}
+
 #[inline(always)]
 fn try_call_enter(ctx: &ProbeContext) -> Option<()> {
     // The hot path: every launch of a watched process runs this (measured cost in
@@ -255,6 +265,14 @@ pub fn wp_call_exit(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// `wp_call_exit` in a `uretprobe.multi` section (see `wp_call_enter_m`).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uretprobe.multi")]
+pub fn wp_call_exit_m(ctx: *mut core::ffi::c_void) -> u32 {
+    let _ = try_call_exit(&RetProbeContext::new(ctx));
+    0
+}
+
 #[inline(always)]
 fn try_call_exit(ctx: &RetProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -293,6 +311,14 @@ pub fn wp_name_enter(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// `wp_name_enter` in a `uprobe.multi` section (see `wp_call_enter_m`).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uprobe.multi")]
+pub fn wp_name_enter_m(ctx: *mut core::ffi::c_void) -> u32 {
+    let _ = try_name_enter(&ProbeContext::new(ctx));
+    0
+}
+
 #[inline(always)]
 fn try_name_enter(ctx: &ProbeContext) -> Option<()> {
     let (_, tid) = watched()?;
@@ -316,6 +342,14 @@ fn try_name_enter(ctx: &ProbeContext) -> Option<()> {
 #[uretprobe]
 pub fn wp_name_exit(ctx: RetProbeContext) -> u32 {
     let _ = try_name_exit(&ctx);
+    0
+}
+
+/// `wp_name_exit` in a `uretprobe.multi` section (see `wp_call_enter_m`).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uretprobe.multi")]
+pub fn wp_name_exit_m(ctx: *mut core::ffi::c_void) -> u32 {
+    let _ = try_name_exit(&RetProbeContext::new(ctx));
     0
 }
 

@@ -389,19 +389,21 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
         sleep(Duration::from_secs(load.hold));
     }
     // SAFETY: signalling our own children.
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let stop = std::time::Instant::now();
     let _ = daemon.wait();
+    let stop_s = stop.elapsed().as_secs_f64();
     for mut w in workers {
         let _ = w.kill();
         let _ = w.wait();
     }
     let core_pct = 100.0 * (cpu1 - cpu0) / seconds as f64;
     println!(
-        "| processes | idle threads each | pace µs | seconds | daemon CPU (% of one core) | RSS at end MiB | max RSS MiB |"
+        "| processes | idle threads each | pace µs | seconds | daemon CPU (% of one core) | RSS at end MiB | max RSS MiB | SIGTERM to exit s |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     println!(
-        "| {procs} | {} | {} | {seconds} | {core_pct:.2} | {:.1} | {:.1} |",
+        "| {procs} | {} | {} | {seconds} | {core_pct:.2} | {:.1} | {:.1} | {stop_s:.1} |",
         load.idle_threads,
         load.pace_us,
         rss as f64 / (1 << 20) as f64,

@@ -697,7 +697,7 @@ impl Writer {
         }
         let _ = self
             .orphans
-            .fetch_update(Relaxed, Relaxed, |o| Some(o.saturating_sub(freed.max(1))));
+            .try_update(Relaxed, Relaxed, |o| Some(o.saturating_sub(freed.max(1))));
     }
 
     /// The earliest `since_ns` of the threads inside a call now (0 if none): the flush thread

@@ -202,7 +202,7 @@ pub fn capture(begun: bool) {
         } else {
             let _ = m
                 .captures
-                .fetch_update(AcqRel, Acquire, |c| Some(c.saturating_sub(1)));
+                .try_update(AcqRel, Acquire, |c| Some(c.saturating_sub(1)));
         }
     }
 }

@@ -28,6 +28,10 @@ const SAMPLE_HZ: u64 = 49;
 
 pub struct Probe {
     ebpf: Ebpf,
+    /// The uprobe programs in use, in `Uprobes` order: the `uprobe.multi` ones where the
+    /// kernel has `uprobe_multi` links with a process-wide pid filter (≥ 6.10), else the
+    /// per-point ones.
+    uprobes: Uprobes,
     /// Uprobe links per target pid, as (program name, link).
     links: HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
     /// Resolved symbol tables per library path.
@@ -43,7 +47,67 @@ pub struct Attached {
     pub launch_probes: &'static str,
 }
 
+/// The four uprobe programs of one kind (per-point links or `uprobe_multi` links).
+#[derive(Clone, Copy, Debug)]
+struct Uprobes {
+    call_enter: &'static str,
+    call_exit: &'static str,
+    name_enter: &'static str,
+    name_exit: &'static str,
+    multi: bool,
+}
+
+impl Uprobes {
+    /// `uprobe_multi` links where the kernel has them with a process-wide pid filter (the
+    /// first implementations filtered one thread), unless `WEDGEPROBE_UPROBE_MULTI=0`.
+    fn choose() -> Self {
+        let wanted = std::env::var("WEDGEPROBE_UPROBE_MULTI").map_or(true, |v| v != "0");
+        let multi = wanted
+            && aya::sys::is_uprobe_multi_supported(
+                aya::sys::UProbeMultiFeature::ProcessScopedPidFilter,
+            )
+            .unwrap_or(false);
+        if multi {
+            Self {
+                call_enter: programs::CALL_ENTER_MULTI,
+                call_exit: programs::CALL_EXIT_MULTI,
+                name_enter: programs::NAME_ENTER_MULTI,
+                name_exit: programs::NAME_EXIT_MULTI,
+                multi,
+            }
+        } else {
+            Self {
+                call_enter: programs::CALL_ENTER,
+                call_exit: programs::CALL_EXIT,
+                name_enter: programs::NAME_ENTER,
+                name_exit: programs::NAME_EXIT,
+                multi,
+            }
+        }
+    }
+
+    fn all(&self) -> [&'static str; 4] {
+        [
+            self.call_enter,
+            self.call_exit,
+            self.name_enter,
+            self.name_exit,
+        ]
+    }
+}
+
 impl Probe {
+    /// How this probe's uprobes are linked, for headers and logs: `uprobe_multi` (one link per
+    /// program and process, closed in one step) or per-point links (a kernel without
+    /// `uprobe_multi`: each link's close costs the kernel a grace period, ~100 ms here).
+    pub fn uprobe_links(&self) -> &'static str {
+        if self.uprobes.multi {
+            "uprobe_multi"
+        } else {
+            "per-point (no uprobe_multi in this kernel: detaching costs ~0.1 s a probe)"
+        }
+    }
+
     /// Checks privileges, loads the eBPF object and attaches the node-wide programs.
     pub fn load() -> Result<Self, ProbeError> {
         check_capabilities()?;
@@ -54,12 +118,8 @@ impl Probe {
         )))
         .map_err(|e| privilege_or(e.into(), "failed to load the eBPF object"))?;
 
-        for name in [
-            programs::CALL_ENTER,
-            programs::CALL_EXIT,
-            programs::NAME_ENTER,
-            programs::NAME_EXIT,
-        ] {
+        let uprobes = Uprobes::choose();
+        for name in uprobes.all() {
             let prog: &mut UProbe = program(&mut ebpf, name)?
                 .try_into()
                 .map_err(anyhow::Error::from)?;
@@ -101,6 +161,7 @@ impl Probe {
         }
         Ok(Self {
             ebpf,
+            uprobes,
             links: HashMap::new(),
             libs: HashMap::new(),
         })
@@ -150,7 +211,7 @@ impl Probe {
             BpfHashMap::try_from(self.ebpf.map_mut(maps::TARGETS).context("no targets map")?)
                 .map_err(anyhow::Error::from)?;
         targets
-            .insert(target.pid, 1, 0)
+            .insert(&target.pid, &1, 0)
             .context("failed to add the target to WP_TARGETS")?;
 
         let mut links = Vec::new();
@@ -217,49 +278,63 @@ impl Probe {
         // Return probes first: a call that enters after its entry probe exists then always
         // has its return probe too (the kernel arms a uretprobe at entry), so no in-call
         // entry is left without the exit that removes it.
+        let u = self.uprobes;
         let plan = [
-            (programs::CALL_EXIT, &lib.waits),
-            (programs::CALL_ENTER, &lib.waits),
-            (programs::NAME_EXIT, &lib.name_lookups),
-            (programs::NAME_ENTER, &lib.name_lookups),
+            (u.call_exit, &lib.waits),
+            (u.call_enter, &lib.waits),
+            (u.name_exit, &lib.name_lookups),
+            (u.name_enter, &lib.name_lookups),
         ];
         for (name, points) in plan {
-            if !names && (name == programs::NAME_ENTER || name == programs::NAME_EXIT) {
+            let is_exit = name == u.call_exit || name == u.name_exit;
+            if !names && (name == u.name_enter || name == u.name_exit) {
+                continue;
+            }
+            // Every point of this program in one attach: one `uprobe_multi` link (closed in
+            // one step), or per-point links under one id on kernels without it.
+            let mut chosen = Vec::new();
+            for ep in points.iter() {
+                let launch = api::class(ep.id) == Some(api::ApiClass::Launch);
+                let Some(open_ended) = which(launch) else {
+                    continue;
+                };
+                if open_ended && is_exit {
+                    continue;
+                }
+                let cookie = ep.id as u64 | if open_ended { COOKIE_OPEN_ENDED } else { 0 };
+                chosen.push((ep, cookie));
+            }
+            if chosen.is_empty() {
                 continue;
             }
             let prog: &mut UProbe = program(&mut self.ebpf, name)?
                 .try_into()
                 .map_err(anyhow::Error::from)?;
-            for ep in points {
-                let launch = api::class(ep.id) == Some(api::ApiClass::Launch);
-                let Some(open_ended) = which(launch) else {
-                    continue;
-                };
-                if open_ended && name == programs::CALL_EXIT {
-                    continue;
-                }
-                let cookie = ep.id as u64 | if open_ended { COOKIE_OPEN_ENDED } else { 0 };
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(ep.file_offset),
-                    cookie: Some(cookie),
-                };
-                let link = prog
-                    .attach(point, path, UProbeScope::OneProcess(pid))
-                    .map_err(|e| {
-                        if !target.alive() {
-                            ProbeError::TargetExited { pid: target.pid }
-                        } else {
-                            privilege_or(
-                                e.into(),
-                                &format!(
-                                    "failed to attach a uprobe on {} in {}",
-                                    ep.symbol, target.libcuda
-                                ),
-                            )
-                        }
-                    })?;
-                links.push((name, link));
-            }
+            let link = prog
+                .attach(
+                    chosen.iter().map(|(ep, cookie)| UProbeAttachPoint {
+                        location: UProbeAttachLocation::AbsoluteOffset(ep.file_offset),
+                        cookie: Some(*cookie),
+                    }),
+                    path,
+                    UProbeScope::OneProcess(pid),
+                )
+                .map_err(|e| {
+                    if !target.alive() {
+                        ProbeError::TargetExited { pid: target.pid }
+                    } else {
+                        let symbols: Vec<&str> = chosen.iter().map(|(ep, _)| ep.symbol).collect();
+                        privilege_or(
+                            e.into(),
+                            &format!(
+                                "failed to attach uprobes on {} in {}",
+                                symbols.join(", "),
+                                target.libcuda
+                            ),
+                        )
+                    }
+                })?;
+            links.push((name, link));
         }
         Ok(())
     }
@@ -267,11 +342,12 @@ impl Probe {
     /// Stops tracing `pid` (it exited, or the user is done).
     ///
     /// The target leaves `WP_TARGETS` first, so the programs stop recording at once. Closing
-    /// the uprobe links is slow and cannot be sped up from here: each waits for an RCU grace
-    /// period under a kernel-wide mutex (~100 ms per link measured on 6.18, 36 links ≈ 3.6 s;
-    /// closing them from parallel threads measured the same). Callers print their output
-    /// before detaching; `report` leaves the closing to a child process instead
-    /// (`Engine::detach_in_background`).
+    /// a uprobe link waits for an RCU grace period under a kernel-wide lock: ~100 ms a link
+    /// measured on 6.18 (36 per-point links ≈ 3.6 s; closing them from parallel threads
+    /// measured the same). With `uprobe_multi` a process has one link per program (2–4), so
+    /// detaching is that many grace periods, not one per probe point (BENCHMARKS.md, daemon).
+    /// Callers print their output before detaching; `report` leaves the closing to a child
+    /// process instead (`Engine::detach_in_background`).
     pub fn detach(&mut self, pid: u32) {
         self.stop_recording(pid);
         for (name, link) in self.links.remove(&pid).unwrap_or_default() {

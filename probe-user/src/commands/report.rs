@@ -83,7 +83,7 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
         std::thread::sleep(TICK.min(window));
     };
     phases.done("the rest of the window");
-    let report = Report::build(
+    let mut report = Report::build(
         &engine.collector.model,
         &engine.facts,
         &tick.all,
@@ -92,6 +92,7 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
         blocked_after_ms,
         !args.no_launch_returns,
     );
+    report.uprobe_links = Some(engine.collector.probe.uprobe_links());
     phases.done("build the report (stacks symbolized, Python stacks read)");
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &report)?;

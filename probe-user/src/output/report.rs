@@ -19,6 +19,10 @@ pub struct Report {
     pub blocked_after_ms: f64,
     /// Launches had return probes: launch latencies are in `latency`.
     pub launch_returns: bool,
+    /// How the uprobes were linked: `uprobe_multi`, or per-point links on a kernel without it
+    /// (said in the text header: detaching then costs ~0.1 s a probe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uprobe_links: Option<&'static str>,
     pub targets: Vec<TargetReport>,
     pub threads: Vec<ThreadView>,
     /// Per stream, the oldest kernel not yet completed (from shim journals), longest running
@@ -173,6 +177,7 @@ impl Report {
             observed_ms,
             blocked_after_ms,
             launch_returns,
+            uprobe_links: None,
             targets,
             threads,
             kernels,
@@ -203,6 +208,9 @@ impl Report {
 
     /// The targets, one line each.
     fn write_targets(&self, out: &mut impl Write) -> std::io::Result<()> {
+        if let Some(links) = self.uprobe_links.filter(|l| *l != "uprobe_multi") {
+            writeln!(out, "uprobe links: {links}")?;
+        }
         for t in &self.targets {
             writeln!(
                 out,

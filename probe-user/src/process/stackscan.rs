@@ -80,9 +80,11 @@ pub fn entry_point_and_frame(
         }
     };
     let ras: Vec<Ra> = stack
-        .chunks_exact(8)
+        .as_chunks::<8>()
+        .0
+        .iter()
         .enumerate()
-        .filter_map(|(i, w)| Some((i * 8, u64::from_le_bytes(w.try_into().ok()?))))
+        .map(|(i, w)| (i * 8, u64::from_le_bytes(*w)))
         .filter(|&(_, a)| code.in_code(a))
         .filter_map(|(off, addr)| {
             Some(Ra {
@@ -143,8 +145,10 @@ pub fn entry_point_and_frame(
 /// target). `is_return_address` validates them when a host-stall report needs the frames.
 pub fn code_words(stack: &[u8], code: &impl CodeView, max: usize) -> Vec<u64> {
     stack
-        .chunks_exact(8)
-        .filter_map(|w| Some(u64::from_le_bytes(w.try_into().ok()?)))
+        .as_chunks::<8>()
+        .0
+        .iter()
+        .map(|w| u64::from_le_bytes(*w))
         .filter(|&a| code.in_code(a))
         .take(max)
         .collect()
@@ -161,9 +165,8 @@ pub fn is_return_address(code: &impl CodeView, addr: u64) -> bool {
 /// be followed): for `WEDGEPROBE_DEBUG_SCAN=1`, to see why a stack was read as it was.
 pub fn explain(ip: u64, stack: &[u8], code: &impl CodeView) -> String {
     let mut out = format!("ip {ip:#x}{}", if code.in_libcuda(ip) { " L" } else { "" });
-    for word in stack.chunks_exact(8) {
-        let Ok(bytes) = word.try_into() else { continue };
-        let addr = u64::from_le_bytes(bytes);
+    for word in stack.as_chunks::<8>().0 {
+        let addr = u64::from_le_bytes(*word);
         if !code.in_code(addr) {
             continue;
         }

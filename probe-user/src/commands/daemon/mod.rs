@@ -91,11 +91,13 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
     collector.heads_every_ns = HEADS_EVERY_NS;
     signals::install();
     signals::install_reload();
+    let links = collector.probe.uprobe_links();
     log.event(
         "started",
-        json!({"listen": bound.to_string(), "dump_dir": cfg.dump_dir, "config": args.config}),
+        json!({"listen": bound.to_string(), "dump_dir": cfg.dump_dir, "config": args.config,
+               "uprobe_links": links}),
         format!(
-            "started; metrics on http://{bound}/metrics; dumps in {}",
+            "started; metrics on http://{bound}/metrics; dumps in {}; uprobe links: {links}",
             cfg.dump_dir.display()
         ),
     );
