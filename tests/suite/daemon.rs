@@ -21,6 +21,8 @@ pub(super) struct Daemon {
     events: Arc<Mutex<Vec<Value>>>,
     config: PathBuf,
     pub(super) addr: String,
+    /// `terminate` waited for it: nothing to signal at drop.
+    stopped: bool,
 }
 
 pub(super) fn tmpdir(tag: &str) -> PathBuf {
@@ -68,6 +70,7 @@ impl Daemon {
             events,
             config,
             addr: String::new(),
+            stopped: false,
         };
         let started = d.wait_for(secs(20.0), |e| e["event"] == "started");
         d.addr = started["listen"].as_str().unwrap().to_string();
@@ -119,8 +122,22 @@ impl Daemon {
     }
 
     fn signal(&self, sig: i32) {
+        if self.stopped {
+            return;
+        }
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, as systemd and Kubernetes stop it; waits for it to exit.
+    pub(super) fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.stopped = true;
+        self.child.wait().unwrap()
     }
 }
 

@@ -8,7 +8,9 @@ use std::{
     time::Duration,
 };
 
-use super::{Worker, report_json, require_root, secs, wait_until, wedgeprobe_bin};
+use super::{
+    Worker, daemon::Daemon, report_json, require_root, secs, shim_path, wait_until, wedgeprobe_bin,
+};
 
 #[test]
 fn target_exits_during_report() {
@@ -137,4 +139,41 @@ fn report_leaves_no_program_or_link_behind_once_its_child_closed_them() {
     assert_eq!(r["verdict"]["kind"], "healthy", "{}", r["verdict"]);
     assert_released(&progs, &links, Duration::from_secs(60));
     drop(w);
+}
+
+/// The daemon's links do not grow with the processes it watches (issue 34): a process comes and
+/// goes by its entry in WP_TARGETS, the waits' probes are linked once per libcuda file
+/// (`uprobe_multi`), so stopping closes a handful of links — on c6de343 each process added
+/// ~34 per-point links, ~0.1 s each to close (`cargo xtask bench daemon`: SIGTERM to exit).
+/// After SIGTERM nothing of it stays in the kernel.
+#[test]
+fn the_daemons_links_do_not_grow_with_its_processes_and_none_outlive_it() {
+    require_root!();
+    super::wait_for_background_detach();
+    let mut d = Daemon::start("links", "");
+    let shim = shim_path();
+    let env = [("CUDA_INJECTION64_PATH", shim.as_str())];
+    let first = Worker::spawn(&["healthy", "30"], &env);
+    let attached = |d: &Daemon, pid: u32| {
+        d.wait_for(secs(15.0), |e| e["event"] == "attached" && e["pid"] == pid);
+    };
+    attached(&d, first.pid());
+    let (_, links_one) = bpf_ids(d.pid());
+    let more: Vec<Worker> = (0..7)
+        .map(|_| Worker::spawn(&["healthy", "30"], &env))
+        .collect();
+    for w in &more {
+        attached(&d, w.pid());
+    }
+    let (progs, links) = bpf_ids(d.pid());
+    assert_eq!(
+        links.len(),
+        links_one.len(),
+        "links with one process {links_one:?}, with eight {links:?}"
+    );
+    let status = d.terminate();
+    assert!(status.success(), "the daemon's exit: {status:?}");
+    assert_released(&progs, &links, secs(10.0));
+    drop(first);
+    drop(more);
 }

@@ -34,6 +34,11 @@ pub struct Probe {
     uprobes: Uprobes,
     /// Uprobe links per target pid, as (program name, link).
     links: HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
+    /// The daemon's mode (`share_waits`): the non-launch entry points' probes are linked once
+    /// per libcuda file (device, inode) for every process, and a process is traced by its
+    /// tgid's entry in `WP_TARGETS` alone.
+    share_waits: bool,
+    shared: HashMap<(u64, u64), Vec<(&'static str, UProbeLinkId)>>,
     /// Resolved symbol tables per library path.
     libs: HashMap<PathBuf, LibCuda>,
 }
@@ -108,6 +113,19 @@ impl Probe {
         }
     }
 
+    /// The daemon's mode, where the kernel has `uprobe_multi` (returns whether it is on): the
+    /// probes of libcuda's synchronizes, copies and waits are linked once per libcuda file for
+    /// every process that maps it, and the programs keep what `WP_TARGETS` lists — so a process
+    /// comes and goes by one map entry (attaching and detaching it cost no link), and stopping
+    /// closes a handful of links whatever the number of processes (issue 34). Per process
+    /// remain only the launch and name-lookup probes of a process without a shim journal.
+    /// The price: a process the daemon does not watch that maps the same libcuda takes those
+    /// probes' traps too (no launch is probed that way: the shim records launches).
+    pub fn share_waits(&mut self) -> bool {
+        self.share_waits = self.uprobes.multi;
+        self.share_waits
+    }
+
     /// Checks privileges, loads the eBPF object and attaches the node-wide programs.
     pub fn load() -> Result<Self, ProbeError> {
         check_capabilities()?;
@@ -163,6 +181,8 @@ impl Probe {
             ebpf,
             uprobes,
             links: HashMap::new(),
+            share_waits: false,
+            shared: HashMap::new(),
             libs: HashMap::new(),
         })
     }
@@ -215,17 +235,38 @@ impl Probe {
             .context("failed to add the target to WP_TARGETS")?;
 
         let mut links = Vec::new();
+        let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
         // With the journal recording launches, kernel names come from it too: the name-lookup
         // probes (entry + return on cuModuleGetFunction, cuLibraryGetKernel,
         // cuKernelGetFunction) are left off. The runtime may call cuKernelGetFunction on its
         // launch path, and a uprobe + uretprobe pair costs ~1.7 µs a call on the H200.
-        let result = self.attach_points(target, &lib, &mut links, !skip_launches, |launch| {
-            if launch && skip_launches {
-                None
-            } else {
-                Some(launch && !launch_returns)
-            }
-        });
+        let result = if self.share_waits {
+            self.shared_waits(target, &lib).and_then(|()| {
+                self.attach_points(
+                    target,
+                    &lib,
+                    &mut links,
+                    !skip_launches,
+                    UProbeScope::OneProcess(pid),
+                    |launch| (launch && !skip_launches).then_some(!launch_returns),
+                )
+            })
+        } else {
+            self.attach_points(
+                target,
+                &lib,
+                &mut links,
+                !skip_launches,
+                UProbeScope::OneProcess(pid),
+                |launch| {
+                    if launch && skip_launches {
+                        None
+                    } else {
+                        Some(launch && !launch_returns)
+                    }
+                },
+            )
+        };
         self.links.insert(target.pid, links);
         if let Err(e) = result {
             self.detach(target.pid);
@@ -254,9 +295,15 @@ impl Probe {
             .cloned()
             .context("libcuda of an attached process not resolved")?;
         let mut links = Vec::new();
-        let result = self.attach_points(target, &lib, &mut links, true, |launch| {
-            launch.then_some(true)
-        });
+        let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
+        let result = self.attach_points(
+            target,
+            &lib,
+            &mut links,
+            true,
+            UProbeScope::OneProcess(pid),
+            |launch| launch.then_some(true),
+        );
         self.links.entry(target.pid).or_default().extend(links);
         result.map(|()| "entry (the shim stopped recording)")
     }
@@ -271,9 +318,9 @@ impl Probe {
         lib: &LibCuda,
         links: &mut Vec<(&'static str, UProbeLinkId)>,
         names: bool,
+        scope: UProbeScope,
         which: impl Fn(bool) -> Option<bool>,
     ) -> Result<(), ProbeError> {
-        let pid = NonZeroU32::new(target.pid).ok_or(ProbeError::NoSuchProcess { pid: 0 })?;
         let path = &target.libcuda_host_path;
         // Return probes first: a call that enters after its entry probe exists then always
         // has its return probe too (the kernel arms a uretprobe at entry), so no in-call
@@ -317,7 +364,7 @@ impl Probe {
                         cookie: Some(*cookie),
                     }),
                     path,
-                    UProbeScope::OneProcess(pid),
+                    scope,
                 )
                 .map_err(|e| {
                     if !target.alive() {
@@ -339,6 +386,47 @@ impl Probe {
         Ok(())
     }
 
+    /// `share_waits`: the shared links of `target`'s libcuda file, made once (non-launch entry
+    /// points, entry and return, every process).
+    fn shared_waits(&mut self, target: &Target, lib: &LibCuda) -> Result<(), ProbeError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(&target.libcuda_host_path).map_err(|e| {
+            if target.alive() {
+                ProbeError::Other(anyhow!("cannot stat {}: {e}", target.libcuda))
+            } else {
+                ProbeError::TargetExited { pid: target.pid }
+            }
+        })?;
+        let key = (meta.dev(), meta.ino());
+        if self.shared.contains_key(&key) {
+            return Ok(());
+        }
+        let mut links = Vec::new();
+        let result = self.attach_points(
+            target,
+            lib,
+            &mut links,
+            false,
+            UProbeScope::AllProcesses,
+            |launch| (!launch).then_some(false),
+        );
+        if result.is_ok() {
+            self.shared.insert(key, links);
+        } else {
+            self.close(links);
+        }
+        result
+    }
+
+    fn close(&mut self, links: Vec<(&'static str, UProbeLinkId)>) {
+        for (name, link) in links {
+            if let Some(Ok(prog)) = self.ebpf.program_mut(name).map(<&mut UProbe>::try_from) {
+                // Detaching fails only if the link is already gone: nothing to do then.
+                let _ = prog.detach(link);
+            }
+        }
+    }
+
     /// Stops tracing `pid` (it exited, or the user is done).
     ///
     /// The target leaves `WP_TARGETS` first, so the programs stop recording at once. Closing
@@ -350,12 +438,8 @@ impl Probe {
     /// process instead (`Engine::detach_in_background`).
     pub fn detach(&mut self, pid: u32) {
         self.stop_recording(pid);
-        for (name, link) in self.links.remove(&pid).unwrap_or_default() {
-            if let Some(Ok(prog)) = self.ebpf.program_mut(name).map(<&mut UProbe>::try_from) {
-                // Detaching fails only if the link is already gone: nothing to do then.
-                let _ = prog.detach(link);
-            }
-        }
+        let links = self.links.remove(&pid).unwrap_or_default();
+        self.close(links);
     }
 
     /// `pid` leaves `WP_TARGETS`: the programs record nothing more for it, though its uprobes

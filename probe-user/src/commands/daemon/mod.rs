@@ -80,6 +80,9 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
     let snapshot = Arc::new(Mutex::new(Snapshot::default()));
     let bound = crate::output::metrics::http::serve(cfg.listen, snapshot.clone())?;
     let mut collector = Collector::new(Probe::load()?)?;
+    // Processes come and go by their entry in WP_TARGETS; the waits' probes are linked once per
+    // libcuda file (`Probe::share_waits`).
+    collector.probe.share_waits();
     // Bounded work per tick: 8 launch-bound processes write ~1.6M journal records a second
     // (a launch and a completion each); reading and converting all of them cost the daemon
     // 29% of a core on the H200. The heads come from the in-flight tables; the ring only
