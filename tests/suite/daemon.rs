@@ -212,6 +212,71 @@ fn the_daemons_metrics_say_how_each_shim_records_launches() {
     assert!(on_line.contains("via=\"hooks\""), "{on_line}");
 }
 
+/// A pid reused by a new process never inherits the old one's state (issue 34): a wedged worker
+/// is killed and a healthy one started on the same pid at once (`ns_last_pid`), before the
+/// daemon's next look; the daemon lets the old one go and attaches the new one afresh. On
+/// c6de343 (an exited process told only by its /proc entry being gone) the daemon took the new
+/// process for the old: never let go nor attached again, its own journal never opened — its
+/// verdicts came from the dead one's journal.
+#[test]
+fn a_reused_pid_is_a_new_process_to_the_daemon() {
+    require_root!();
+    let d = Daemon::start("pid-reuse", "kernel_floor = \"1s\"\n");
+    let shim = shim_path();
+    let env = [
+        ("CUDA_INJECTION64_PATH", shim.as_str()),
+        ("SIMCUDA_RELEASE_AFTER_S", "60"),
+    ];
+    let old = Worker::spawn(&["wedge", "60", "300"], &env);
+    let pid = old.pid();
+    d.wait_for(secs(20.0), |e| {
+        e["event"] == "verdict" && e["pid"] == pid && e["kind"] == "kernel_wedge"
+    });
+    let events_before = d.events.lock().unwrap().len();
+    // Killed and reaped, then the next fork gets its pid (nothing else forks meanwhile here).
+    drop(old);
+    let mut new = None;
+    for _ in 0..5 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let w = Worker::spawn(
+            &["healthy", "20"],
+            &[("CUDA_INJECTION64_PATH", shim.as_str())],
+        );
+        if w.pid() == pid {
+            new = Some(w);
+            break;
+        }
+    }
+    let Some(new) = new else {
+        eprintln!("skipped: pid {pid} could not be given to a new process (something else forked)");
+        return;
+    };
+    let after = |f: &dyn Fn(&Value) -> bool| {
+        d.events.lock().unwrap()[events_before..]
+            .iter()
+            .any(|e| f(e))
+    };
+    let start = Instant::now();
+    while !(after(&|e| e["event"] == "detached" && e["pid"] == pid)
+        && after(&|e| e["event"] == "attached" && e["pid"] == pid))
+    {
+        assert!(
+            start.elapsed() < secs(20.0),
+            "pid {pid} was not let go and attached again: {:?}",
+            &d.events.lock().unwrap()[events_before..]
+        );
+        sleep(Duration::from_millis(100));
+    }
+    d.wait_metrics(secs(15.0), |m| {
+        m.lines().any(|l| {
+            l.starts_with("wedgeprobe_verdict{")
+                && l.contains(&format!("pid=\"{pid}\""))
+                && l.contains("kind=\"healthy\"")
+        })
+    });
+    drop(new);
+}
+
 /// A process that loads the shim at CUDA's initialisation, found before it initialised (the
 /// daemon started before the serving process, as on a node): the daemon waits for the journal
 /// and attaches with no launch probe. Had it put uprobes on libcuda's entry points during the

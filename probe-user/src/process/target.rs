@@ -37,6 +37,10 @@ pub struct Target {
     pub code_maps: Vec<Mapping>,
     /// The CUPTI shim's journal mapping, if the process has one.
     pub journal: Option<Mapping>,
+    /// When the process started (proc(5) field 22, clock ticks since boot; 0: unknown): a pid
+    /// reused by a new process has another, and `alive` tells them apart — a daemon that took
+    /// the new one for the old kept the old one's journal and wedge (issue 34).
+    pub start_ticks: u64,
 }
 
 impl Target {
@@ -46,6 +50,7 @@ impl Target {
         if pid == 0 || !proc.exists() {
             return Err(ProbeError::NoSuchProcess { pid });
         }
+        let start_ticks = start_ticks(pid).unwrap_or(0);
         let comm = read_comm(&proc.join("comm")).unwrap_or_else(|| "?".into());
         let maps = match fs::read_to_string(proc.join("maps")) {
             Ok(m) => m,
@@ -88,16 +93,22 @@ impl Target {
             libcuda_host_path,
             libcuda_maps,
             code_maps,
+            start_ticks,
         })
     }
 
     /// False once the process exited, including while it is a zombie its parent has not
     /// reaped yet (its threads and mappings are gone then).
+    /// A pid now held by another process (its start time differs) counts as exited.
     pub fn alive(&self) -> bool {
-        !matches!(
-            proc_state(&format!("/proc/{}/stat", self.pid)),
-            None | Some('Z' | 'X')
-        )
+        let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
+            return false;
+        };
+        if matches!(stat_state(&stat), None | Some('Z' | 'X')) {
+            return false;
+        }
+        self.start_ticks == 0
+            || stat_field(&stat, 22).and_then(|v| v.parse().ok()) == Some(self.start_ticks)
     }
 
     /// Thread ids of the target right now.
@@ -156,6 +167,13 @@ pub fn environ_expects_shim(env: &[u8]) -> bool {
 
 /// The state letter (R, S, D, Z, …) of a /proc/…/stat file. It follows the last ')': the
 /// comm before it may contain spaces and parentheses.
+/// `pid`'s start time (proc(5) field 22).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    stat_field(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?, 22)?
+        .parse()
+        .ok()
+}
+
 pub fn proc_state(stat_path: &str) -> Option<char> {
     stat_state(&fs::read_to_string(stat_path).ok()?)
 }
