@@ -18,7 +18,7 @@ use super::{Worker, launch_probes, require_root, secs, shim_path, wedgeprobe_bin
 
 pub(super) struct Daemon {
     child: Child,
-    events: Arc<Mutex<Vec<Value>>>,
+    pub(super) events: Arc<Mutex<Vec<Value>>>,
     config: PathBuf,
     pub(super) addr: String,
     /// `terminate` waited for it: nothing to signal at drop.
@@ -89,7 +89,7 @@ impl Daemon {
     }
 
     /// A scrape as a Prometheus server makes it: OpenMetrics asked for.
-    fn metrics(&self) -> String {
+    pub(super) fn metrics(&self) -> String {
         self.scrape("Accept: application/openmetrics-text; version=1.0.0\r\n")
     }
 

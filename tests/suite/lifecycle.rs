@@ -1,10 +1,11 @@
 //! Targets that go away, and a probe that is killed: nothing of ours may stay in the kernel.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, VecDeque},
     fs,
     io::{BufRead as _, BufReader},
     process::{Command, Stdio},
+    thread::sleep,
     time::Duration,
 };
 
@@ -176,4 +177,148 @@ fn the_daemons_links_do_not_grow_with_its_processes_and_none_outlive_it() {
     assert_released(&progs, &links, secs(10.0));
     drop(first);
     drop(more);
+}
+
+/// The tgids in the daemon's `WP_TARGETS` map (found through its fdinfo's map ids).
+fn targets_in_map(daemon: u32) -> BTreeSet<u32> {
+    let mut ids = BTreeSet::new();
+    if let Ok(dir) = fs::read_dir(format!("/proc/{daemon}/fdinfo")) {
+        for e in dir.flatten() {
+            let info = fs::read_to_string(e.path()).unwrap_or_default();
+            ids.extend(
+                info.lines()
+                    .filter_map(|l| l.strip_prefix("map_id:"))
+                    .filter_map(|v| v.trim().parse::<u32>().ok()),
+            );
+        }
+    }
+    for id in ids {
+        let Ok(info) = aya::maps::MapInfo::from_id(id) else {
+            continue;
+        };
+        if info.name_as_str() != Some("WP_TARGETS") {
+            continue;
+        }
+        let Ok(data) = aya::maps::MapData::from_id(id) else {
+            continue;
+        };
+        let Ok(map) = aya::maps::Map::from_map_data(data) else {
+            continue;
+        };
+        let Ok(targets) = aya::maps::HashMap::<_, u32, u32>::try_from(map) else {
+            continue;
+        };
+        return targets.keys().filter_map(Result::ok).collect();
+    }
+    BTreeSet::new()
+}
+
+/// The pids the daemon's scrape has a `wedgeprobe_target_info` series for.
+fn pids_in_metrics(d: &Daemon) -> BTreeSet<u32> {
+    d.metrics()
+        .lines()
+        .filter(|l| l.starts_with("wedgeprobe_target_info{"))
+        .filter_map(|l| l.split("pid=\"").nth(1)?.split('"').next()?.parse().ok())
+        .collect()
+}
+
+fn open_fds(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+fn threads(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
+/// Churn (issue 34; the hour is a bench): workers start and exit every 300 ms, 8 alive at a
+/// time, 40 times over. Afterwards the daemon holds the same links, fds and threads as with the
+/// first 8, its `WP_TARGETS` lists exactly the live workers and its scrape only their series —
+/// nothing of an exited process stays.
+#[test]
+fn churn_leaves_the_daemon_as_it_was() {
+    require_root!();
+    super::wait_for_background_detach();
+    let d = Daemon::start("churn", "");
+    let shim = shim_path();
+    let env = [("CUDA_INJECTION64_PATH", shim.as_str())];
+    let spawn = || Worker::spawn(&["healthy", "60"], &env);
+    let live = |ws: &VecDeque<Worker>| ws.iter().map(Worker::pid).collect::<BTreeSet<u32>>();
+    let settled = |ws: &VecDeque<Worker>| {
+        let want = live(ws);
+        wait_until(secs(30.0), || {
+            targets_in_map(d.pid()) == want && pids_in_metrics(&d) == want
+        })
+    };
+    let mut workers: VecDeque<Worker> = (0..8).map(|_| spawn()).collect();
+    assert!(
+        settled(&workers),
+        "the first 8 never all attached: {:?} vs {:?}",
+        targets_in_map(d.pid()),
+        live(&workers)
+    );
+    let (_, links) = bpf_ids(d.pid());
+    let (fds, tasks) = (open_fds(d.pid()), threads(d.pid()));
+    for _ in 0..40 {
+        workers.pop_front();
+        workers.push_back(spawn());
+        sleep(Duration::from_millis(300));
+    }
+    assert!(
+        settled(&workers),
+        "after the churn: WP_TARGETS {:?}, scrape {:?}, live {:?}",
+        targets_in_map(d.pid()),
+        pids_in_metrics(&d),
+        live(&workers)
+    );
+    assert_eq!(bpf_ids(d.pid()).1, links, "the daemon's links changed");
+    assert_eq!(open_fds(d.pid()), fds, "the daemon's open fds");
+    assert_eq!(threads(d.pid()), tasks, "the daemon's threads");
+}
+
+/// A daemon restarted (SIGTERM, then a new one, as systemd restarts it) takes up the live
+/// processes again, each once, with as many links as the first held and nothing of the first
+/// left in the kernel.
+#[test]
+fn a_restarted_daemon_takes_up_the_live_processes_again() {
+    require_root!();
+    super::wait_for_background_detach();
+    let shim = shim_path();
+    let env = [("CUDA_INJECTION64_PATH", shim.as_str())];
+    let workers: Vec<Worker> = (0..4)
+        .map(|_| Worker::spawn(&["healthy", "40"], &env))
+        .collect();
+    let attached_once = |d: &Daemon| {
+        for w in &workers {
+            d.wait_for(secs(15.0), |e| {
+                e["event"] == "attached" && e["pid"] == w.pid()
+            });
+        }
+        for w in &workers {
+            let n = d
+                .events
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|e| e["event"] == "attached" && e["pid"] == w.pid())
+                .count();
+            assert_eq!(n, 1, "pid {} attached {n} times", w.pid());
+        }
+    };
+    let mut first = Daemon::start("restart-1", "");
+    attached_once(&first);
+    let (progs, links) = bpf_ids(first.pid());
+    assert!(first.terminate().success());
+    assert_released(&progs, &links, secs(10.0));
+    let second = Daemon::start("restart-2", "");
+    attached_once(&second);
+    assert_eq!(
+        bpf_ids(second.pid()).1.len(),
+        links.len(),
+        "links after the restart"
+    );
+    assert_eq!(
+        targets_in_map(second.pid()),
+        workers.iter().map(Worker::pid).collect(),
+        "WP_TARGETS after the restart"
+    );
 }
