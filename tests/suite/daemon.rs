@@ -254,7 +254,7 @@ fn a_reused_pid_is_a_new_process_to_the_daemon() {
     let after = |f: &dyn Fn(&Value) -> bool| {
         d.events.lock().unwrap()[events_before..]
             .iter()
-            .any(|e| f(e))
+            .any(f)
     };
     let start = Instant::now();
     while !(after(&|e| e["event"] == "detached" && e["pid"] == pid)
