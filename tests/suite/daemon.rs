@@ -251,11 +251,8 @@ fn a_reused_pid_is_a_new_process_to_the_daemon() {
         eprintln!("skipped: pid {pid} could not be given to a new process (something else forked)");
         return;
     };
-    let after = |f: &dyn Fn(&Value) -> bool| {
-        d.events.lock().unwrap()[events_before..]
-            .iter()
-            .any(f)
-    };
+    let after =
+        |f: &dyn Fn(&Value) -> bool| d.events.lock().unwrap()[events_before..].iter().any(f);
     let start = Instant::now();
     while !(after(&|e| e["event"] == "detached" && e["pid"] == pid)
         && after(&|e| e["event"] == "attached" && e["pid"] == pid))
