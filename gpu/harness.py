@@ -475,6 +475,80 @@ def daemon_new_process(run):
     run.notes.append(f"daemon exited {time.monotonic() - t0:.1f} s after SIGTERM (code {code})")
 
 
+def cpu_s(pid):
+    """utime + stime of `pid` in seconds (proc(5) fields 14, 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        s = f.read()
+    v = s[s.rindex(")") + 2:].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status_kib(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def scrape(port):
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError as e:
+        return f"# scrape failed: {e}"
+
+
+@scenario("daemon-node", sets=("node",), quick=False)
+def daemon_node(run, n=32):
+    """32 light PyTorch servers with the shim, the daemon watching: its CPU and RSS, and SIGTERM to exit."""
+    stop = run.log("stop")
+    ps = [run.start(["python3", "node_serve.py", "240"], shim=True, suffix=f"node{i}",
+                    env={"WP_STOP": stop}) for i in range(n)]
+    t0 = time.monotonic()
+    ready = sum(bool(run.wait_line(p, "ready", 180)) for p in ps)
+    run.notes.append(f"{ready} of {n} processes ready {time.monotonic() - t0:.0f} s after start")
+    if not run.check(f"{n} processes ready", ready == n, ready):
+        return
+    port = 19479
+    cfg = run.log("daemon.toml")
+    with open(cfg, "w") as f:
+        f.write(f'listen = "127.0.0.1:{port}"\ndump_dir = "{run.h.logs}/node-dumps"\n')
+    d = run.start([run.h.wp, "daemon", "--config", cfg], suffix="daemon")
+    pids = {str(p.pid) for p in ps}
+    t0, seen = time.monotonic(), set()
+    while time.monotonic() - t0 < 40 and seen != pids:
+        time.sleep(1)
+        seen = {m for m in re.findall(r'wedgeprobe_target_info\{[^}]*pid="([0-9]+)"', scrape(port))} & pids
+    run.check(f"the scrape lists all {n} processes", seen == pids, len(seen))
+    run.notes.append(f"all listed {time.monotonic() - t0:.1f} s after the daemon started")
+    time.sleep(5)
+    c0, w0 = cpu_s(d.pid), time.monotonic()
+    time.sleep(30)
+    c1, w1 = cpu_s(d.pid), time.monotonic()
+    pct = 100 * (c1 - c0) / (w1 - w0)
+    rss, shm = status_kib(d.pid, "VmRSS") / 1024, status_kib(d.pid, "RssShmem") / 1024
+    threads = status_kib(d.pid, "Threads")
+    text = scrape(port)
+    with open(run.log("metrics.txt"), "w") as f:
+        f.write(text)
+    bad = [l for l in text.splitlines() if l.startswith("wedgeprobe_verdict{")
+           and not any(f'kind="{k}"' in l for k in ("healthy", "busy", "waiting"))
+           and l.rstrip().endswith(" 1")]
+    run.check("no process has a wedge verdict", not bad, bad[:3])
+    run.check(f"daemon CPU <= 1.5% of a core at {n} processes", pct <= 1.5, round(pct, 2))
+    run.notes.append(f"daemon at {n} processes: {pct:.2f}% of one core over {w1 - w0:.0f} s, "
+                     f"RSS {rss:.0f} MiB (shmem {shm:.0f} MiB), {threads} threads")
+    t0 = time.monotonic()
+    d.send_signal(signal.SIGTERM)
+    code = run.exit_code(d, 60)
+    gone = time.monotonic() - t0
+    run.check("the daemon exits within 2 s of SIGTERM", code == 0 and gone <= 2, {"s": round(gone, 2), "code": code})
+    run.notes.append(f"daemon exited {gone:.2f} s after SIGTERM (code {code}) with {n} processes")
+    open(stop, "w").close()
+    codes = [run.exit_code(p, 60) for p in ps]
+    run.check("every server's result right", codes == [0] * n, codes)
+
+
 @scenario("culprit-rank-one-gpu")
 def culprit_rank(run):
     """Four processes on one GPU; rank 2 stuck in a GEMM, the others wait in a collective."""

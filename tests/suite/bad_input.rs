@@ -78,6 +78,42 @@ fn target_exits_during_attach() {
     }
 }
 
+/// The target exits inside the window, after the report's first look. Exits were looked for
+/// once a second, so a shorter window answered `healthy` for a process already gone (CI,
+/// 2026-12-05: `target_exits_during_attach` with a 200 ms window).
+#[test]
+fn a_target_that_exits_inside_the_window_is_said_exited() {
+    require_root!();
+    let mut answered = 0;
+    for _ in 0..3 {
+        // Exits 0.5 s after it starts; the window (900 ms) ends after that whenever the
+        // attach takes under 0.5 s (~0.2 s here).
+        let w = Worker::spawn(&["healthy", "0.5"], &[]);
+        let out = wedgeprobe(&[
+            "report",
+            "--json",
+            "--pid",
+            &w.pid_arg(),
+            "--window",
+            "900ms",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        match out.status.code() {
+            Some(0) => {
+                let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(r["verdict"]["kind"], "target_exited", "{r}");
+                answered += 1;
+            }
+            // Gone before the attach ended: not the case under test.
+            Some(3 | 6) => {}
+            other => panic!("unexpected exit {other:?}: {err}"),
+        }
+    }
+    if answered == 0 {
+        eprintln!("every attach outlasted the worker (0.5 s): the window case did not occur");
+    }
+}
+
 #[test]
 fn missing_capabilities_are_named() {
     require_root!();

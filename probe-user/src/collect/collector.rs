@@ -495,6 +495,13 @@ impl Collector {
         exited
     }
 
+    /// The next `poll` looks for exited processes whatever the time since the last look
+    /// (once a second otherwise): an answer about to be given must not call a process that
+    /// exited inside its window healthy.
+    pub fn look_for_exits_next(&mut self) {
+        self.last_prune_ns = 0;
+    }
+
     /// Time spent in each part of `poll` since the last call, by name (for
     /// `WEDGEPROBE_DEBUG_TICK`), and resets it.
     pub fn take_phases(&mut self) -> Vec<(&'static str, std::time::Duration)> {

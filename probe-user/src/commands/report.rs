@@ -60,7 +60,13 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     let mut first = true;
     let mut said = false;
     let tick = loop {
-        let tick = engine.tick(sys::monotonic_ns());
+        let now = sys::monotonic_ns();
+        if Duration::from_nanos(now - start) >= window {
+            // This tick may be the answer: a target that exited since the last look (once a
+            // second) is said exited, not healthy (a 200 ms window never looked again).
+            engine.collector.look_for_exits_next();
+        }
+        let tick = engine.tick(now);
         if std::mem::take(&mut first) {
             phases.done("first tick (probes read, stacks scanned)");
         }
