@@ -17,6 +17,7 @@ pub mod maps {
     pub const IN_CALL: &str = "WP_IN_CALL";
     pub const PENDING_NAME: &str = "WP_PENDING_NAME";
     pub const THREAD_YIELDS: &str = "WP_THREAD_YIELDS";
+    pub const LAST_SAMPLE: &str = "WP_LAST_SAMPLE";
     pub const EVENTS: &str = "WP_EVENTS";
     pub const SAMPLES: &str = "WP_SAMPLES";
     pub const COUNTERS: &str = "WP_COUNTERS";

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 pub mod chrome_check;
+pub mod held;
 
 /// Directory holding `libcuda.so.1` (simulated) and `simworker`.
 pub fn sim_dir() -> PathBuf {

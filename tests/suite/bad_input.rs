@@ -88,7 +88,7 @@ fn a_target_that_exits_inside_the_window_is_said_exited() {
     for _ in 0..3 {
         // Exits 0.5 s after it starts; the window (900 ms) ends after that whenever the
         // attach takes under 0.5 s (~0.2 s here).
-        let w = Worker::spawn(&["healthy", "0.5"], &[]);
+        let w = Worker::spawn(&["healthy", "0.5"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
         let out = wedgeprobe(&[
             "report",
             "--json",

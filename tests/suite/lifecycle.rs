@@ -9,6 +9,8 @@ use std::{
     time::Duration,
 };
 
+use wp_tests::held::{self, open_fds, threads};
+
 use super::{
     Worker, daemon::Daemon, report_json, require_root, secs, shim_path, wait_until, wedgeprobe_bin,
 };
@@ -26,24 +28,7 @@ fn target_exits_during_report() {
 
 /// BPF program and link ids held by a process, from its fdinfo (the kernel's own view).
 fn bpf_ids(pid: u32) -> (BTreeSet<u32>, BTreeSet<u32>) {
-    let (mut progs, mut links) = (BTreeSet::new(), BTreeSet::new());
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return (progs, links);
-    };
-    for e in dir.flatten() {
-        let Ok(info) = fs::read_to_string(e.path()) else {
-            continue;
-        };
-        for line in info.lines() {
-            if let Some(id) = line.strip_prefix("prog_id:") {
-                progs.extend(id.trim().parse::<u32>().ok());
-            }
-            if let Some(id) = line.strip_prefix("link_id:") {
-                links.extend(id.trim().parse::<u32>().ok());
-            }
-        }
-    }
-    (progs, links)
+    (held::bpf_ids(pid, "prog_id"), held::bpf_ids(pid, "link_id"))
 }
 
 fn loaded_prog_ids() -> BTreeSet<u32> {
@@ -181,17 +166,7 @@ fn the_daemons_links_do_not_grow_with_its_processes_and_none_outlive_it() {
 
 /// The tgids in the daemon's `WP_TARGETS` map (found through its fdinfo's map ids).
 fn targets_in_map(daemon: u32) -> BTreeSet<u32> {
-    let mut ids = BTreeSet::new();
-    if let Ok(dir) = fs::read_dir(format!("/proc/{daemon}/fdinfo")) {
-        for e in dir.flatten() {
-            let info = fs::read_to_string(e.path()).unwrap_or_default();
-            ids.extend(
-                info.lines()
-                    .filter_map(|l| l.strip_prefix("map_id:"))
-                    .filter_map(|v| v.trim().parse::<u32>().ok()),
-            );
-        }
-    }
+    let ids = held::bpf_ids(daemon, "map_id");
     for id in ids {
         let Ok(info) = aya::maps::MapInfo::from_id(id) else {
             continue;
@@ -220,14 +195,6 @@ fn pids_in_metrics(d: &Daemon) -> BTreeSet<u32> {
         .filter(|l| l.starts_with("wedgeprobe_target_info{"))
         .filter_map(|l| l.split("pid=\"").nth(1)?.split('"').next()?.parse().ok())
         .collect()
-}
-
-fn open_fds(pid: u32) -> usize {
-    fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-fn threads(pid: u32) -> usize {
-    fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
 
 /// Churn (issue 34; the hour is a bench): workers start and exit every 300 ms, 8 alive at a

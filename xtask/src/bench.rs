@@ -68,6 +68,9 @@ enum What {
         #[arg(long, default_value_t = 0)]
         hold: u64,
     },
+    /// The daemon through an hour of processes starting and exiting (a wedge now and then):
+    /// what it holds, sampled as it goes, must stay flat.
+    Churn(crate::churn::Churn),
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -75,6 +78,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Some(What::Answer) => return crate::answer::run(args.rounds),
         Some(What::TraceExport { events }) => return trace_export(*events),
         Some(What::Shim) => return shim_sides(args.launches, args.rounds),
+        Some(What::Churn(c)) => return crate::churn::run(c),
         Some(What::Daemon {
             procs,
             seconds,
@@ -305,7 +309,7 @@ fn trace_export(events: u64) -> anyhow::Result<()> {
 }
 
 /// CPU seconds (user + system) and resident bytes of `pid`, from /proc.
-fn usage(pid: u32) -> (f64, u64) {
+pub(crate) fn usage(pid: u32) -> (f64, u64) {
     // SAFETY: sysconf has no preconditions.
     let (ticks, page) = unsafe {
         (

@@ -4,6 +4,7 @@
 
 mod answer;
 mod bench;
+mod churn;
 mod codegen;
 mod demo;
 mod gpu_pack;

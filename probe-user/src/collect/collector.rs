@@ -35,6 +35,8 @@ use crate::{
 const OFFCPU_SCAN_EVERY_NS: u64 = 250_000_000;
 /// Thread lists are refreshed this often to forget threads that exited.
 const PRUNE_EVERY_NS: u64 = 1_000_000_000;
+/// Per-thread map entries of ended threads are dropped at least this often.
+const SWEEP_EVERY_NS: u64 = 30_000_000_000;
 
 pub struct Collector {
     pub probe: Probe,
@@ -43,9 +45,12 @@ pub struct Collector {
     samples: RingBuf<MapData>,
     in_call: BpfHashMap<MapData, u32, InCall>,
     yields: BpfHashMap<MapData, u32, u64>,
+    /// Read only to drop the entries of threads that ended (`sweep_ended_threads`).
+    last_sample: BpfHashMap<MapData, u32, u64>,
     counters: PerCpuArray<MapData, u64>,
     last_offcpu_scan_ns: u64,
     last_prune_ns: u64,
+    last_sweep_ns: u64,
     /// Open shim journals by pid.
     journals: HashMap<u32, (Arc<MappedJournal>, JournalCursor)>,
     /// While a trace runs: the rings are read on a thread of their own (`ring_pump`).
@@ -167,11 +172,13 @@ impl Collector {
             samples: RingBuf::try_from(take(maps::SAMPLES)?)?,
             in_call: BpfHashMap::try_from(take(maps::IN_CALL)?)?,
             yields: BpfHashMap::try_from(take(maps::THREAD_YIELDS)?)?,
+            last_sample: BpfHashMap::try_from(take(maps::LAST_SAMPLE)?)?,
             counters: PerCpuArray::try_from(take(maps::COUNTERS)?)?,
             probe,
             model: Model::new(),
             last_offcpu_scan_ns: 0,
             last_prune_ns: 0,
+            last_sweep_ns: 0,
             journals: HashMap::new(),
             ns_tids: HashMap::new(),
             pump: None,
@@ -442,6 +449,12 @@ impl Collector {
             let Some(p) = self.model.procs.get(&pid) else {
                 continue;
             };
+            // The shim stops recording as its process exits too (its exit handler): nothing
+            // to take over then, and no line to log (`cargo xtask bench churn`, 2026-12-06:
+            // 35 `shim_stopped` lines for 42 processes that simply ended).
+            if crate::process::target::exiting(pid) {
+                continue;
+            }
             let outcome = self
                 .probe
                 .attach_launch_probes(&p.target)
@@ -744,7 +757,31 @@ impl Collector {
                 let _ = self.in_call.remove(&tid);
             }
         }
+        if !exited.is_empty() || now_ns.saturating_sub(self.last_sweep_ns) >= SWEEP_EVERY_NS {
+            self.last_sweep_ns = now_ns;
+            self.sweep_ended_threads();
+        }
         exited
+    }
+
+    /// Drops the per-thread entries (yields, last sample, open call) of threads that no longer
+    /// exist. The maps are LRU or bounded, but a daemon on a node where processes come and go
+    /// kept every ended thread's entries until the bound (`cargo xtask bench churn`,
+    /// 2026-12-06: 34 → 104 entries in 90 s of 43 short-lived processes). Run when a process
+    /// exits, and every `SWEEP_EVERY_NS` for threads that end inside a live one: one /proc
+    /// lookup per entry, tens to hundreds.
+    fn sweep_ended_threads(&mut self) {
+        let ended = |tid: &u32| !std::path::Path::new(&format!("/proc/{tid}")).exists();
+        let of = |keys: Vec<u32>| keys.into_iter().filter(ended).collect::<Vec<u32>>();
+        for tid in of(self.yields.keys().filter_map(Result::ok).collect()) {
+            let _ = self.yields.remove(&tid);
+        }
+        for tid in of(self.last_sample.keys().filter_map(Result::ok).collect()) {
+            let _ = self.last_sample.remove(&tid);
+        }
+        for tid in of(self.in_call.keys().filter_map(Result::ok).collect()) {
+            let _ = self.in_call.remove(&tid);
+        }
     }
 
     /// Stops tracing `pid` if still attached and drops everything known about it.

@@ -1,0 +1,103 @@
+//! What a process holds that a long-running daemon must not let grow: BPF programs, links and
+//! map entries, open files, threads — read from the kernel's own view (/proc fdinfo, the bpf
+//! syscall), not from the daemon's word. Shared by the lifecycle tests and the churn bench.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    os::fd::{AsFd as _, AsRawFd as _},
+};
+
+/// The ids of `kind` (`prog_id`, `link_id`, `map_id`) in `pid`'s fdinfo.
+pub fn bpf_ids(pid: u32, kind: &str) -> BTreeSet<u32> {
+    let mut ids = BTreeSet::new();
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return ids;
+    };
+    let prefix = format!("{kind}:");
+    for e in dir.flatten() {
+        let Ok(info) = fs::read_to_string(e.path()) else {
+            continue;
+        };
+        ids.extend(
+            info.lines()
+                .filter_map(|l| l.strip_prefix(prefix.as_str()))
+                .filter_map(|v| v.trim().parse::<u32>().ok()),
+        );
+    }
+    ids
+}
+
+/// Entries in each hash map `pid` holds, by map name (array maps have fixed sizes and are
+/// left out; ring buffers have no keys).
+pub fn hash_map_entries(pid: u32) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for id in bpf_ids(pid, "map_id") {
+        let Ok(info) = aya::maps::MapInfo::from_id(id) else {
+            continue;
+        };
+        let is_hash = matches!(
+            info.map_type(),
+            Ok(aya::maps::MapType::Hash | aya::maps::MapType::LruHash)
+        );
+        let Ok(data) = aya::maps::MapData::from_id(id) else {
+            continue;
+        };
+        if !is_hash {
+            continue;
+        }
+        let name = info.name_as_str().unwrap_or("?").to_string();
+        *out.entry(name).or_default() += count_keys(&data, info.key_size() as usize);
+    }
+    out
+}
+
+/// Walks a map's keys with BPF_MAP_GET_NEXT_KEY (aya's typed maps need the key and value
+/// types; this counts any map).
+fn count_keys(map: &aya::maps::MapData, key_size: usize) -> usize {
+    const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+    #[repr(C)]
+    struct Attr {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        next_key: u64,
+        _rest: [u64; 13],
+    }
+    let fd = map.fd().as_fd().as_raw_fd();
+    let (mut key, mut next) = (vec![0u8; key_size.max(1)], vec![0u8; key_size.max(1)]);
+    let mut n = 0;
+    let mut first = true;
+    loop {
+        let attr = Attr {
+            map_fd: fd as u32,
+            _pad: 0,
+            key: if first { 0 } else { key.as_ptr() as u64 },
+            next_key: next.as_mut_ptr() as u64,
+            _rest: [0; 13],
+        };
+        // SAFETY: attr points at buffers of the map's key size that live across the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_GET_NEXT_KEY,
+                &attr as *const Attr,
+                std::mem::size_of::<Attr>() as u32,
+            )
+        };
+        if r != 0 || n > 10_000_000 {
+            return n;
+        }
+        n += 1;
+        first = false;
+        std::mem::swap(&mut key, &mut next);
+    }
+}
+
+pub fn open_fds(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+pub fn threads(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
