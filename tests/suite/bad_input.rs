@@ -53,29 +53,38 @@ fn target_exits_during_attach() {
     require_root!();
     for _ in 0..5 {
         let w = Worker::spawn(&["exit-soon"], &[]);
-        let out = wedgeprobe(&[
-            "report",
-            "--json",
-            "--pid",
-            &w.pid_arg(),
-            "--window",
-            "200ms",
-        ]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!err.contains("panicked"), "{err}");
-        match out.status.code() {
-            Some(3) => assert!(err.contains("no process")),
-            Some(6) => assert!(
-                err.contains("exited while wedgeprobe was attaching"),
-                "{err}"
-            ),
-            Some(0) => {
-                let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-                assert_eq!(r["verdict"]["kind"], "target_exited", "{r}");
-            }
-            other => panic!("unexpected exit {other:?}: {err}"),
-        }
+        report_of_an_exiting_target(&w, "200ms");
     }
+}
+
+/// `report --window WINDOW` of a worker that exits about then: exit 3 or 6 with its line if
+/// the worker was gone before the attach ended, else `target_exited`. Whether it answered
+/// (exit 0).
+fn report_of_an_exiting_target(w: &Worker, window: &str) -> bool {
+    let out = wedgeprobe(&[
+        "report",
+        "--json",
+        "--pid",
+        &w.pid_arg(),
+        "--window",
+        window,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    match out.status.code() {
+        Some(3) => assert!(err.contains("no process"), "{err}"),
+        Some(6) => assert!(
+            err.contains("exited while wedgeprobe was attaching"),
+            "{err}"
+        ),
+        Some(0) => {
+            let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(r["verdict"]["kind"], "target_exited", "{r}");
+            return true;
+        }
+        other => panic!("unexpected exit {other:?}: {err}"),
+    }
+    false
 }
 
 /// The target exits inside the window, after the report's first look. Exits were looked for
@@ -89,25 +98,7 @@ fn a_target_that_exits_inside_the_window_is_said_exited() {
         // Exits 0.5 s after it starts; the window (900 ms) ends after that whenever the
         // attach takes under 0.5 s (~0.2 s here).
         let w = Worker::spawn(&["healthy", "0.5"], &[("SIMCUDA_LONG_KERNEL_MS", "50")]);
-        let out = wedgeprobe(&[
-            "report",
-            "--json",
-            "--pid",
-            &w.pid_arg(),
-            "--window",
-            "900ms",
-        ]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        match out.status.code() {
-            Some(0) => {
-                let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-                assert_eq!(r["verdict"]["kind"], "target_exited", "{r}");
-                answered += 1;
-            }
-            // Gone before the attach ended: not the case under test.
-            Some(3 | 6) => {}
-            other => panic!("unexpected exit {other:?}: {err}"),
-        }
+        answered += usize::from(report_of_an_exiting_target(&w, "900ms"));
     }
     if answered == 0 {
         eprintln!("every attach outlasted the worker (0.5 s): the window case did not occur");

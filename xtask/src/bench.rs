@@ -341,14 +341,19 @@ struct Load {
     hold: u64,
 }
 
-fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::Result<()> {
+/// What a daemon bench needs: root, the release build, and a config in a fresh folder
+/// (`tag` names it; `extra` lines appended). Returns the binary, the shim and the config.
+pub(crate) fn daemon_setup(
+    tag: &str,
+    extra: &str,
+) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the daemon attaches eBPF probes: run it as root");
     }
     let wedgeprobe = build_wedgeprobe(true)?;
     let shim = wedgeprobe.with_file_name("libcupti_shim.so");
-    let dir = std::env::temp_dir().join(format!("wp-daemon-bench-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("wp-{tag}-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let cfg = dir.join("wedgeprobe.toml");
     std::fs::write(
@@ -359,6 +364,11 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
             extra.replace("\\n", "\n")
         ),
     )?;
+    Ok((wedgeprobe, shim, cfg))
+}
+
+fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::Result<()> {
+    let (wedgeprobe, shim, cfg) = daemon_setup("daemon", extra)?;
     let mut workers = Vec::new();
     for _ in 0..procs {
         workers.push(

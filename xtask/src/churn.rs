@@ -15,10 +15,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use wp_tests::held;
 
-use crate::{bench::usage, build_wedgeprobe};
+use crate::bench::{daemon_setup, usage};
 
 #[derive(clap::Args)]
 pub struct Churn {
@@ -52,22 +52,7 @@ struct Seen {
 }
 
 pub fn run(c: &Churn) -> anyhow::Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        bail!("the daemon attaches eBPF probes: run it as root");
-    }
-    let wedgeprobe = build_wedgeprobe(true)?;
-    let shim = wedgeprobe.with_file_name("libcupti_shim.so");
-    let dir = std::env::temp_dir().join(format!("wp-churn-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let cfg = dir.join("wedgeprobe.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "listen = \"127.0.0.1:0\"\nlog_format = \"json\"\ndump_dir = \"{}\"\n",
-            dir.join("dumps").display()
-        ),
-    )?;
+    let (wedgeprobe, shim, cfg) = daemon_setup("churn", "log_format = \"json\"")?;
     let mut daemon = Command::new(&wedgeprobe)
         .args(["daemon", "--config"])
         .arg(&cfg)
@@ -115,7 +100,7 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
             .spawn()?;
         Ok((child, wedge))
     };
-    let mut live: VecDeque<(Child, bool, Instant)> = VecDeque::new();
+    let mut live: VecDeque<Child> = VecDeque::new();
     let mut started = 0u64;
     let mut wedges = Vec::new();
     // Staggered start: one every `every_s`, so exits stay spread out.
@@ -131,13 +116,13 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
     let mut last_row = None;
     while t0.elapsed() < total {
         // Reap the ones that ended (their lifetime is up).
-        live.retain_mut(|(ch, _, _)| !matches!(ch.try_wait(), Ok(Some(_))));
+        live.retain_mut(|ch| !matches!(ch.try_wait(), Ok(Some(_))));
         if live.len() < c.alive {
             let (ch, wedge) = spawn(started)?;
             if wedge {
                 wedges.push((ch.id(), Instant::now()));
             }
-            live.push_back((ch, wedge, Instant::now()));
+            live.push_back(ch);
             started += 1;
         }
         if Instant::now() >= next_sample {
@@ -190,7 +175,7 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
         .filter(|(_, at)| at.elapsed() >= Duration::from_secs(8))
         .map(|(p, _)| p)
         .collect();
-    for (mut ch, _, _) in live.drain(..) {
+    for mut ch in live.drain(..) {
         let _ = ch.kill();
         let _ = ch.wait();
     }
@@ -210,7 +195,7 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
         .filter(|p| s.wedge_verdicts.contains(p))
         .count();
     println!(
-        "\n{started} processes over {:.0} min ({} alive at a time, one every {} s, {} idle threads each); \
+        "\n{started} processes over {:.1} min ({} alive at a time, one every {} s, {} idle threads each); \
          the daemon attached {}, let go {}; {} of {} wedges (that lived 8 s) declared kernel_wedge, \
          {} kernel_wedge verdicts on other processes; other events: {:?}",
         c.minutes,
