@@ -3,7 +3,7 @@
 
 use std::thread::sleep;
 
-use super::{Worker, report_json, require_root, secs, shim_path, wedgeprobe};
+use super::{BusyHost, Worker, report_json, require_root, secs, shim_path, wedgeprobe};
 
 pub(super) fn ranks() -> Vec<Worker> {
     let shim = shim_path();
@@ -614,9 +614,15 @@ fn a_process_busy_building_its_model_is_not_a_host_stall() {
 /// `cuInit`, so the shim does not read its CPU clock (no journal slot), and for such a thread
 /// spinning all the time watched is enough (one the shim reads is dated by it:
 /// `a_spin_is_dated_by_the_shims_cpu_clock_not_by_the_gpus_silence`).
+///
+/// On a busy host (the CI run of 2026-12-06: every core taken): the spinner's stack samples
+/// came late, its stack had been compared over under 0.8 s when the 1 s window ended, and the
+/// report said `healthy` (3 of 8 runs with `BusyHost` here, 0 of 10 after); the window now grows until
+/// the samples span `SPIN_CONFIRM`.
 #[test]
 fn a_spinner_that_idled_first_is_a_host_stall_when_the_journal_dates_the_silence() {
     require_root!();
+    let _busy = BusyHost::every_core();
     let w = Worker::python(
         &["handshake", "20"],
         &[

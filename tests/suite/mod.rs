@@ -48,6 +48,35 @@ pub fn wedgeprobe_bin() -> PathBuf {
 }
 
 /// A simulated-driver workload, killed when dropped.
+/// A host with every core taken (as CI's and a loaded node's are): one busy loop per core,
+/// killed when dropped.
+pub struct BusyHost(Vec<Child>);
+
+impl BusyHost {
+    pub fn every_core() -> Self {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+        BusyHost(
+            (0..n)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("sh")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for BusyHost {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 pub struct Worker {
     pub child: Child,
 }

@@ -18,7 +18,7 @@ use crate::{
     output::report::Report,
     signals, sys,
     timings::Phases,
-    verdict::Pipeline,
+    verdict::{Pipeline, host_stall::UndecidedWhy},
 };
 
 /// The default window, and the most it grows to (report is a snapshot; `watch` observes).
@@ -78,7 +78,13 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
             if asked.is_some() || tick.all.undecided.is_empty() || elapsed >= most {
                 break tick;
             }
-            if !said && tick.all.undecided.iter().any(|u| u.busy_ms.is_some()) {
+            if !said
+                && tick
+                    .all
+                    .undecided
+                    .iter()
+                    .any(|u| u.why == UndecidedWhy::StartUnknown)
+            {
                 said = true;
                 eprintln!(
                     "{}",
@@ -125,7 +131,7 @@ fn growing_window_line(
 ) -> String {
     let threads: Vec<String> = undecided
         .iter()
-        .filter(|u| u.busy_ms.is_some())
+        .filter(|u| u.why == UndecidedWhy::StartUnknown)
         .map(|u| format!("pid {} tid {} ({})", u.pid, u.tid, u.name))
         .collect();
     format!(

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     model::{Model, ThreadView},
-    verdict::{Evaluation, Verdict, describe::fmt_duration},
+    verdict::{Evaluation, Verdict, describe::fmt_duration, host_stall::UndecidedWhy},
 };
 
 #[derive(Serialize)]
@@ -485,11 +485,16 @@ impl Report {
             }
         }
         for u in &self.undecided {
+            let why = if u.why == UndecidedWhy::StackNotWatchedEnough {
+                "its stack was not sampled long enough to tell a spin from work (report without \
+                 --window, or a longer one, decides it)"
+            } else {
+                "no driver call returning; without a shim journal its start is not known (report \
+                 without --window, or with one ≥ --stall-after, decides it)"
+            };
             writeln!(
                 out,
-                "\nundecided: pid {} tid {} ({}) busy on the host for ≥ {} since attach, no driver \
-                 call returning; without a shim journal its start is not known (report without \
-                 --window, or with one ≥ --stall-after, decides it)",
+                "\nundecided: pid {} tid {} ({}) busy on the host for ≥ {}; {why}",
                 u.pid,
                 u.tid,
                 u.name,

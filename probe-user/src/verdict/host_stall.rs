@@ -95,17 +95,31 @@ impl SpinningThread {
     }
 }
 
-/// A thread that may be spinning whose start the evidence does not give: it has been busy
-/// since the first CPU reading (`busy_ms` at least; `None`: only one reading yet, so whether
-/// it is busy is not known) in a process that has returned from no driver call since attach
-/// and has no journal — or, with the shim, one a second reading has yet to confirm. Watching
-/// longer decides it: busy on the same stack for `stall_after`, or not.
+/// A thread that may be spinning that the evidence so far does not decide (`why`). Watching
+/// longer decides it: busy on the same stack long enough, or not.
 #[derive(Clone, Debug, Serialize)]
 pub struct Undecided {
     pub pid: u32,
     pub tid: u32,
     pub name: String,
+    /// Busy for at least this long (`None`: only one CPU reading yet).
     pub busy_ms: Option<f64>,
+    pub why: UndecidedWhy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UndecidedWhy {
+    /// One CPU reading only: whether it is busy is not known.
+    OneReading,
+    /// Busy since the first reading in a process that has returned from no driver call since
+    /// attach and has no journal (nor a shim reading of this thread): its start is not known.
+    StartUnknown,
+    /// Busy for long enough, its stack compared over less than `SPIN_CONFIRM`: whether it
+    /// spins or works is not known. The CI run of 2026-12-06: a spinner dated by the journal,
+    /// its first samples late on a loaded machine, had its stack compared over under 0.8 s
+    /// when `report`'s 1 s window ended, and the report answered `healthy`.
+    StackNotWatchedEnough,
 }
 
 /// What `find` saw: the stalls, and the threads it could not decide yet.
@@ -137,6 +151,9 @@ pub struct StackCache {
     /// Per busy thread: its stack's signature, the first sample that showed it, the latest
     /// sample compared (`compare_sample`).
     same_since: HashMap<(u32, u32), (Signature, u64, u64)>,
+    /// Per busy thread: the first sample its stack was compared from (how long the evidence
+    /// has watched it, changes or not).
+    watched_from: HashMap<(u32, u32), u64>,
 }
 
 impl StackCache {
@@ -241,13 +258,16 @@ pub fn find(
             if in_calls.contains(&(pid, tid)) || reportable(t) {
                 continue;
             }
-            let busy_ms = if t.busy_since_ns == 0 {
+            let (busy_ms, why) = if t.busy_since_ns == 0 {
                 if last != t.first_cpu_ns {
                     continue;
                 }
-                None
+                (None, UndecidedWhy::OneReading)
             } else if undated(t) {
-                busy_for(t).map(|d| d as f64 / 1e6)
+                (
+                    busy_for(t).map(|d| d as f64 / 1e6),
+                    UndecidedWhy::StartUnknown,
+                )
             } else {
                 continue;
             };
@@ -256,6 +276,7 @@ pub fn find(
                 tid,
                 name: t.name.clone(),
                 busy_ms,
+                why,
             });
         }
         // Stacks compared: those, and — until the second reading can have come — every thread
@@ -321,6 +342,7 @@ pub fn find(
                     t.python_stack = py.get(&t.tid).cloned();
                 }
             }
+            let mut watched_ns: HashMap<u32, u64> = HashMap::new();
             for t in &mut threads {
                 let sample_at = p
                     .threads
@@ -331,25 +353,46 @@ pub fn find(
                 let old = stacks.same_since.remove(&(pid, t.tid));
                 let compared = compare_sample(old, sig, sample_at);
                 t.same_stack_ms = compared.2.saturating_sub(compared.1) as f64 / 1e6;
+                // No sample yet (time 0): not watched at all.
+                let watched = if compared.2 == 0 {
+                    0
+                } else {
+                    let from = stacks
+                        .watched_from
+                        .entry((pid, t.tid))
+                        .or_insert(compared.2);
+                    compared.2.saturating_sub(*from)
+                };
+                watched_ns.insert(t.tid, watched);
                 stacks.same_since.insert((pid, t.tid), compared);
                 touched.insert((pid, t.tid));
             }
-            // Busy past the bound with nothing dating it earlier, its stack not yet the same
-            // for SPIN_CONFIRM (a sample caught the loop elsewhere): still undecided, so that
-            // `report`'s grown window watches on rather than ending the tick it reached the
-            // bound with neither a stall nor the thread named.
+            // Reportable, its stack not the same for SPIN_CONFIRM: still undecided while the
+            // evidence cannot say spin or work, so that `report`'s window watches on rather
+            // than ending with neither a stall nor the thread named. Busy past the bound with
+            // nothing dating it earlier (a sample caught the loop elsewhere): until
+            // `stall_after`. Otherwise until its samples span SPIN_CONFIRM: a stack that
+            // changed within that span is work (model building changes every 0.06-0.15 s).
             for t in &threads {
-                if t.busy_since_attach
-                    && t.same_stack_ms * 1e6 < SPIN_CONFIRM_NS as f64
-                    && p.threads.get(&t.tid).is_some_and(reportable)
+                if t.same_stack_ms * 1e6 >= SPIN_CONFIRM_NS as f64
+                    || !p.threads.get(&t.tid).is_some_and(reportable)
                 {
-                    undecided.push(Undecided {
-                        pid,
-                        tid: t.tid,
-                        name: t.name.clone(),
-                        busy_ms: Some(t.busy_ms),
-                    });
+                    continue;
                 }
+                let why = if t.busy_since_attach {
+                    UndecidedWhy::StartUnknown
+                } else if watched_ns.get(&t.tid).copied().unwrap_or(0) < SPIN_CONFIRM_NS {
+                    UndecidedWhy::StackNotWatchedEnough
+                } else {
+                    continue;
+                };
+                undecided.push(Undecided {
+                    pid,
+                    tid: t.tid,
+                    name: t.name.clone(),
+                    busy_ms: Some(t.busy_ms),
+                    why,
+                });
             }
             // Reported once a second reading confirms the thread busy, and its stack stayed.
             threads.retain(|t| {
@@ -373,6 +416,7 @@ pub fn find(
     }
     // Threads no longer busy (or gone) start over when they are busy again.
     stacks.same_since.retain(|k, _| touched.contains(k));
+    stacks.watched_from.retain(|k, _| touched.contains(k));
     Found {
         stalls: out,
         undecided,
