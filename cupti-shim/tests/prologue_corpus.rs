@@ -410,53 +410,14 @@ fn compiled_prologues_are_patched_and_return_the_originals_results() {
 fn the_h200_drivers_launch_entry_points_are_planned_and_relocated_faithfully() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/libcuda-580.159.04-h200-entry-bytes.txt");
-    let text = std::fs::read_to_string(&data).expect("the saved entry bytes");
     let mut seen = Vec::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let mut f = line.split_whitespace();
-        let (name, addr, hex) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
-        let ip = u64::from_str_radix(addr.trim_start_matches("0x"), 16).expect("address");
-        let code: Vec<u8> = (0..hex.len() / 2)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
-            .collect();
-        let plan = patch_code::plan(&code, ip, code.len())
-            .unwrap_or_else(|r| panic!("{name} refused: {r}"));
+    for (name, ip, code) in saved_entries(&data) {
+        let name = name.as_str();
+        let (kept, moved) = assert_relocated_faithfully(name, ip, &code);
         assert_eq!(
-            (plan.kept, plan.moved),
+            (kept, moved),
             (1, 5),
             "{name}: push rbp stays; 5 bytes move"
-        );
-        // A trampoline page 1 GiB below the driver, as `Page::near` may place it.
-        let at = ip - (1 << 30);
-        let tramp = plan.encode(at).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let original: Vec<Instruction> = Decoder::with_ip(
-            64,
-            &code[..plan.kept + plan.moved],
-            ip,
-            DecoderOptions::NONE,
-        )
-        .into_iter()
-        .collect();
-        let moved: Vec<Instruction> = Decoder::with_ip(64, &tramp, at, DecoderOptions::NONE)
-            .into_iter()
-            .collect();
-        assert_eq!(moved.len(), original.len() + 1, "{name}: {moved:?}");
-        for (o, m) in original.iter().zip(&moved) {
-            assert_same_meaning(name, o, m);
-        }
-        let back = moved.last().expect("jump back");
-        assert_eq!(
-            back.flow_control(),
-            FlowControl::UnconditionalBranch,
-            "{name}"
-        );
-        assert_eq!(
-            back.near_branch_target(),
-            ip + (plan.kept + plan.moved) as u64,
-            "{name}: the jump back"
         );
         seen.push(name.to_string());
     }
@@ -477,6 +438,94 @@ fn the_h200_drivers_launch_entry_points_are_planned_and_relocated_faithfully() {
             data.display()
         );
     }
+}
+
+/// Every entry point the shim patches, whole, as libcuda 580.159.04 has it on the H200 (saved
+/// by the harness's `entry-corpus` scenario, `gpu/entry_corpus.py`): each is planned and
+/// relocated faithfully — the synchronizes, copies, captures, instantiations and destroys too,
+/// not only the launches above. The names are read from the shim's own tables, so an entry
+/// point hooked later and missing from the corpus fails here until the corpus is saved again.
+#[test]
+fn every_entry_point_the_shim_patches_on_the_h200_driver_is_relocated_faithfully() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let data = root.join("tests/data/libcuda-580.159.04-h200-entry-corpus.txt");
+    let saved = saved_entries(&data);
+    let mut shapes = std::collections::BTreeMap::<(usize, usize), Vec<String>>::new();
+    for (name, ip, code) in &saved {
+        let shape = assert_relocated_faithfully(name, *ip, code);
+        shapes.entry(shape).or_default().push(name.clone());
+    }
+    for f in ["src/hooks/launch.rs", "src/hooks/calls.rs"] {
+        let src = std::fs::read_to_string(root.join(f)).expect("the shim's tables");
+        for name in src.split("c\"").skip(1).filter_map(|t| t.split('"').next()) {
+            if name.starts_with("cu") {
+                assert!(
+                    saved.iter().any(|(n, ..)| n == name),
+                    "{name} ({f}) is not in {}: save the corpus again",
+                    data.display()
+                );
+            }
+        }
+    }
+    println!(
+        "{} entry points; (bytes kept, moved): {shapes:?}",
+        saved.len()
+    );
+}
+
+/// (name, load address, code) of each line of a saved corpus: `name 0xADDR HEX`.
+fn saved_entries(path: &Path) -> Vec<(String, u64, Vec<u8>)> {
+    let text = std::fs::read_to_string(path).expect("the saved entry bytes");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let mut f = line.split_whitespace();
+            let (name, addr, hex) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+            let ip = u64::from_str_radix(addr.trim_start_matches("0x"), 16).expect("address");
+            let code = (0..hex.len() / 2)
+                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
+                .collect();
+            (name.to_string(), ip, code)
+        })
+        .collect()
+}
+
+/// `code` (the entry point `name` at `ip`) is planned, and its trampoline, decoded, holds the
+/// same instructions — RIP-relative operands and branch targets pointing where the originals
+/// did — then the jump back to the first byte not moved. Returns (bytes kept, bytes moved).
+fn assert_relocated_faithfully(name: &str, ip: u64, code: &[u8]) -> (usize, usize) {
+    let plan =
+        patch_code::plan(code, ip, code.len()).unwrap_or_else(|r| panic!("{name} refused: {r}"));
+    // A trampoline page 1 GiB below the driver, as `Page::near` may place it.
+    let at = ip - (1 << 30);
+    let tramp = plan.encode(at).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let original: Vec<Instruction> = Decoder::with_ip(
+        64,
+        &code[..plan.kept + plan.moved],
+        ip,
+        DecoderOptions::NONE,
+    )
+    .into_iter()
+    .collect();
+    let moved: Vec<Instruction> = Decoder::with_ip(64, &tramp, at, DecoderOptions::NONE)
+        .into_iter()
+        .collect();
+    assert_eq!(moved.len(), original.len() + 1, "{name}: {moved:?}");
+    for (o, m) in original.iter().zip(&moved) {
+        assert_same_meaning(name, o, m);
+    }
+    let back = moved.last().expect("jump back");
+    assert_eq!(
+        back.flow_control(),
+        FlowControl::UnconditionalBranch,
+        "{name}"
+    );
+    assert_eq!(
+        back.near_branch_target(),
+        ip + (plan.kept + plan.moved) as u64,
+        "{name}: the jump back"
+    );
+    (plan.kept, plan.moved)
 }
 
 /// `m`, at its new address, does what `o` did at its old one.
