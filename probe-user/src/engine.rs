@@ -105,6 +105,10 @@ pub struct Engine {
     verdicts: HashMap<u32, VerdictKind>,
     culprits: HashSet<(String, u32, u32, String)>,
     start_ns: u64,
+    /// Per-process mode: processes gone, and when. Their track names stay while the flight
+    /// recorder may still hold their events (a dump labels them), then go: the daemon kept
+    /// every thread name of every process that ever ran (`cargo xtask bench churn`).
+    gone_at: HashMap<u32, u64>,
 }
 
 impl Engine {
@@ -134,6 +138,7 @@ impl Engine {
             verdicts: HashMap::new(),
             culprits: HashSet::new(),
             start_ns: now_ns,
+            gone_at: HashMap::new(),
         }
     }
 
@@ -148,6 +153,24 @@ impl Engine {
         self.flight.as_ref()
     }
 
+    /// Entries of each per-process and per-thread table (the collector's and its own): a
+    /// daemon's state must follow the processes alive, not all that ever ran.
+    pub fn state_entries(&self) -> Vec<(&'static str, u64)> {
+        let mut out = self.collector.state_entries();
+        out.extend([
+            ("track_names", self.names.processes.len() as u64),
+            ("track_thread_names", self.names.threads.len() as u64),
+            ("target_facts", self.facts.len() as u64),
+            ("verdicts", self.verdicts.len() as u64),
+            ("blocked_threads", self.blocked.len() as u64),
+            (
+                "flight_events",
+                self.flight.as_ref().map_or(0, |f| f.len() as u64),
+            ),
+        ]);
+        out
+    }
+
     /// Whether any target is still alive.
     pub fn any_alive(&self) -> bool {
         self.collector.model.procs.values().any(|p| !p.exited)
@@ -160,12 +183,26 @@ impl Engine {
                 self.collector.forget(gone.pid);
                 self.facts.remove(&gone.pid);
                 self.verdicts.remove(&gone.pid);
+                self.gone_at.insert(gone.pid, now_ns);
             }
             events.push(Event::Exited {
                 pid: gone.pid,
                 comm: gone.comm,
             });
         }
+        let keep_ns = self
+            .flight
+            .as_ref()
+            .map_or(0, |f| (f.config.seconds * 1e9) as u64);
+        let names = &mut self.names;
+        self.gone_at.retain(|pid, at| {
+            if now_ns.saturating_sub(*at) < keep_ns {
+                return true;
+            }
+            names.processes.remove(pid);
+            names.threads.retain(|(p, _), _| p != pid);
+            false
+        });
         for (pid, outcome) in self.collector.take_launch_probe_changes() {
             if let (Ok(how), Some(f)) = (&outcome, self.facts.get_mut(&pid)) {
                 f.launch_probes = how;

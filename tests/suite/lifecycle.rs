@@ -1,7 +1,7 @@
 //! Targets that go away, and a probe that is killed: nothing of ours may stay in the kernel.
 
 use std::{
-    collections::{BTreeSet, VecDeque},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     fs,
     io::{BufRead as _, BufReader},
     process::{Command, Stdio},
@@ -197,15 +197,30 @@ fn pids_in_metrics(d: &Daemon) -> BTreeSet<u32> {
         .collect()
 }
 
+/// The daemon's own tables by name (`wedgeprobe_daemon_state_entries`), the flight
+/// recorder's events left out (bounded by time, not by processes).
+fn state_entries(d: &Daemon) -> BTreeMap<String, u64> {
+    d.metrics()
+        .lines()
+        .filter_map(|l| l.strip_prefix("wedgeprobe_daemon_state_entries{table=\""))
+        .filter_map(|l| {
+            let (table, n) = l.split_once("\"} ")?;
+            Some((table.to_string(), n.trim().parse().ok()?))
+        })
+        .filter(|(table, _)| table != "flight_events")
+        .collect()
+}
+
 /// Churn (issue 34; the hour is a bench): workers start and exit every 300 ms, 8 alive at a
 /// time, 40 times over. Afterwards the daemon holds the same links, fds and threads as with the
 /// first 8, its `WP_TARGETS` lists exactly the live workers and its scrape only their series —
-/// nothing of an exited process stays.
+/// nothing of an exited process stays, in the kernel or in its own tables (the flight
+/// recorder's window set to 2 s: exited processes' track names stay that long).
 #[test]
 fn churn_leaves_the_daemon_as_it_was() {
     require_root!();
     super::wait_for_background_detach();
-    let d = Daemon::start("churn", "");
+    let d = Daemon::start("churn", "flight_seconds = \"2s\"\n");
     let shim = shim_path();
     let env = [("CUDA_INJECTION64_PATH", shim.as_str())];
     let spawn = || Worker::spawn(&["healthy", "60"], &env);
@@ -227,6 +242,11 @@ fn churn_leaves_the_daemon_as_it_was() {
     let (fds, tasks) = (open_fds(d.pid()), threads(d.pid()));
     let entries = || held::hash_map_entries(d.pid()).values().sum::<usize>();
     let entries_before = entries();
+    let tables_before = state_entries(&d);
+    assert!(
+        tables_before.contains_key("thread_scans"),
+        "no state entries in the scrape: {tables_before:?}"
+    );
     for _ in 0..40 {
         workers.pop_front();
         workers.push_back(spawn());
@@ -250,6 +270,17 @@ fn churn_leaves_the_daemon_as_it_was() {
         "hash-map entries {entries_before} -> {after}: {:?}",
         held::hash_map_entries(d.pid())
     );
+    // Its own tables follow the 8 alive, not the 48 that ran: on 6161d3f the /proc scans'
+    // and the track names' entries of every ended thread stayed.
+    sleep(secs(3.0));
+    let tables_after = state_entries(&d);
+    for (table, before) in &tables_before {
+        let now = tables_after.get(table).copied().unwrap_or(0);
+        assert!(
+            now <= before + before / 2 + 4,
+            "{table}: {before} -> {now} entries ({tables_before:?} -> {tables_after:?})"
+        );
+    }
 }
 
 /// A daemon restarted (SIGTERM, then a new one, as systemd restarts it) takes up the live

@@ -790,7 +790,29 @@ impl Collector {
         self.launches_by_journal.remove(&pid);
         self.forget_journal(pid);
         self.names.retain(|(p, _), _| *p != pid);
+        // Pruned per live process at each /proc scan; a forgotten one is scanned no more
+        // (`cargo xtask bench churn`: one entry per thread of every process that ever ran).
+        self.scanned_at.retain(|(p, _), _| *p != pid);
         self.model.forget(pid);
+    }
+
+    /// How many entries each of its per-process and per-thread tables holds: what a daemon
+    /// months in must not grow (`wedgeprobe_daemon_state_entries`).
+    pub fn state_entries(&self) -> Vec<(&'static str, u64)> {
+        let m = &self.model;
+        vec![
+            ("processes", m.procs.len() as u64),
+            (
+                "threads",
+                m.procs.values().map(|p| p.threads.len() as u64).sum(),
+            ),
+            ("kernel_names", m.kernel_names.len() as u64),
+            ("journals", self.journals.len() as u64),
+            ("journal_names", self.names.len() as u64),
+            ("thread_scans", self.scanned_at.len() as u64),
+            ("namespace_tids", self.ns_tids.len() as u64),
+            ("kernel_history", m.history.entries() as u64),
+        ]
     }
 
     pub fn detach_all(&mut self) {

@@ -23,6 +23,11 @@ impl History {
         self.by_name.remove(&pid);
     }
 
+    /// (pid, name) histograms held.
+    pub fn entries(&self) -> usize {
+        self.by_name.values().map(HashMap::len).sum()
+    }
+
     pub fn record(&mut self, pid: u32, name: &Arc<str>, duration_ns: u64) {
         self.record_all(pid, name, &[duration_ns]);
     }

@@ -502,6 +502,7 @@ impl Daemon {
         snap.dump_failures_total = self.engine.flight().map_or(0, |f| f.dumps_failed);
         snap.blocked_after_seconds = self.cfg.blocked_after.as_secs_f64();
         (snap.cpu_seconds, snap.rss_bytes) = metrics::own_usage();
+        snap.state_entries = self.engine.state_entries();
         if let Ok(mut s) = self.shared.lock() {
             *s = snap.clone();
         }

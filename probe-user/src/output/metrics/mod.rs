@@ -37,6 +37,8 @@ pub struct Snapshot {
     pub rss_bytes: u64,
     /// Per job with a culprit: (job, rank, pid, kernel).
     pub culprits: Vec<(String, u32, u32, String)>,
+    /// Entries of each of the daemon's per-process and per-thread tables (`Engine::state_entries`).
+    pub state_entries: Vec<(&'static str, u64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -447,6 +449,18 @@ fn the_daemon(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
         "wedgeprobe_blocked_after_seconds",
         "The configured bound for a blocked thread.",
         &[(vec![], s.blocked_after_seconds)],
+    )?;
+    let rows: Vec<(Labels, u64)> = s
+        .state_entries
+        .iter()
+        .map(|(table, n)| (vec![("table", (*table).to_string())], *n))
+        .collect();
+    gauge(
+        e,
+        "wedgeprobe_daemon_state_entries",
+        "Entries in each of the daemon's per-process and per-thread tables: they follow the \
+         processes alive, not all that ever ran.",
+        &rows,
     )?;
     counter(
         e,
