@@ -480,7 +480,8 @@ fn saved_entries(path: &Path) -> Vec<(String, u64, Vec<u8>)> {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|line| {
             let mut f = line.split_whitespace();
-            let (name, addr, hex) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+            let mut field = |what| f.next().unwrap_or_else(|| panic!("{what} missing: {line}"));
+            let (name, addr, hex) = (field("name"), field("address"), field("code"));
             let ip = u64::from_str_radix(addr.trim_start_matches("0x"), 16).expect("address");
             let code = (0..hex.len() / 2)
                 .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
