@@ -109,9 +109,9 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
     let mut next_sample = t0;
     let (mut cpu_last, mut t_last) = (usage(pid).0, Instant::now());
     println!(
-        "| minute | started | alive | RSS MiB | fds | threads | links | hash-map entries | scrape series | CPU % of a core (since last) |"
+        "| minute | started | alive | RSS MiB | fds | threads | links | hash-map entries | scrape series | daemon tables' entries / flight events | CPU % of a core (since last) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut first_row = None;
     let mut last_row = None;
     while t0.elapsed() < total {
@@ -131,10 +131,12 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
             (cpu_last, t_last) = (cpu, Instant::now());
             let maps = held::hash_map_entries(pid);
             let entries: usize = maps.values().sum();
-            let series = scrape(&addr.lock().unwrap_or_else(|e| e.into_inner()))
+            let text = scrape(&addr.lock().unwrap_or_else(|e| e.into_inner()));
+            let series = text
                 .lines()
                 .filter(|l| !l.starts_with('#') && !l.is_empty())
                 .count();
+            let (tables, flight) = state_entries(&text);
             let row = (
                 rss >> 20,
                 held::open_fds(pid),
@@ -144,7 +146,7 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
                 series,
             );
             println!(
-                "| {:.0} | {started} | {} | {} | {} | {} | {} | {} ({}) | {} | {pct:.2} |",
+                "| {:.0} | {started} | {} | {} | {} | {} | {} | {} ({}) | {} | {tables} / {flight} | {pct:.2} |",
                 t0.elapsed().as_secs_f64() / 60.0,
                 live.len(),
                 row.0,
@@ -225,6 +227,27 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
         stop.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// From a scrape: the entries of the daemon's per-process and per-thread tables together, and
+/// the flight recorder's events (`wedgeprobe_daemon_state_entries`; bounded by time instead).
+fn state_entries(text: &str) -> (u64, u64) {
+    let mut out = (0, 0);
+    for l in text.lines() {
+        let Some(rest) = l.strip_prefix("wedgeprobe_daemon_state_entries{table=\"") else {
+            continue;
+        };
+        let Some((table, n)) = rest.split_once("\"} ") else {
+            continue;
+        };
+        let n: u64 = n.trim().parse().unwrap_or(0);
+        if table == "flight_events" {
+            out.1 += n;
+        } else {
+            out.0 += n;
+        }
+    }
+    out
 }
 
 /// The daemon's /metrics, plain text.
