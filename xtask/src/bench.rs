@@ -341,6 +341,21 @@ struct Load {
     hold: u64,
 }
 
+/// `wedgeprobe daemon --config CFG`, its stdout dropped, its stderr as asked (the churn bench
+/// reads its JSON log lines).
+pub(crate) fn spawn_daemon(
+    wedgeprobe: &std::path::Path,
+    cfg: &std::path::Path,
+    stderr: Stdio,
+) -> std::io::Result<std::process::Child> {
+    Command::new(wedgeprobe)
+        .args(["daemon", "--config"])
+        .arg(cfg)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+}
+
 /// What a daemon bench needs: root, the release build, and a config in a fresh folder
 /// (`tag` names it; `extra` lines appended). Returns the binary, the shim and the config.
 pub(crate) fn daemon_setup(
@@ -382,12 +397,7 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
                 .spawn()?,
         );
     }
-    let mut daemon = Command::new(&wedgeprobe)
-        .args(["daemon", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
+    let mut daemon = spawn_daemon(&wedgeprobe, &cfg, Stdio::null())?;
     let pid = daemon.id();
     // Attaching 8 processes takes a few seconds (uprobes); then steady state.
     sleep(Duration::from_secs(10));

@@ -18,7 +18,7 @@ use std::{
 use anyhow::Context as _;
 use wp_tests::held;
 
-use crate::bench::{daemon_setup, usage};
+use crate::bench::{daemon_setup, spawn_daemon, usage};
 
 #[derive(clap::Args)]
 pub struct Churn {
@@ -53,12 +53,7 @@ struct Seen {
 
 pub fn run(c: &Churn) -> anyhow::Result<()> {
     let (wedgeprobe, shim, cfg) = daemon_setup("churn", "log_format = \"json\"")?;
-    let mut daemon = Command::new(&wedgeprobe)
-        .args(["daemon", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
+    let mut daemon = spawn_daemon(&wedgeprobe, &cfg, Stdio::piped())?;
     let pid = daemon.id();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let addr = Arc::new(Mutex::new(String::new()));
