@@ -67,6 +67,10 @@ enum What {
         /// its pid printed (to profile it: `perf record -p PID`).
         #[arg(long, default_value_t = 0)]
         hold: u64,
+        /// Seconds between the daemon's start and the measurement (it attaches to the
+        /// processes and settles their threads first).
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
     },
     /// The daemon through an hour of processes starting and exiting (a wedge now and then):
     /// what it holds, sampled as it goes, must stay flat.
@@ -86,6 +90,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             idle_threads,
             pace_us,
             hold,
+            warmup,
         }) => {
             return daemon_bounds(
                 *procs,
@@ -95,6 +100,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     idle_threads: *idle_threads,
                     pace_us: *pace_us,
                     hold: *hold,
+                    warmup: *warmup,
                 },
             );
         }
@@ -334,11 +340,28 @@ pub(crate) fn usage(pid: u32) -> (f64, u64) {
     (cpu / ticks.max(1) as f64, rss * page.max(1) as u64)
 }
 
+/// `pid`'s resident memory by kind, bytes: its own (anonymous) and mapped files and shared
+/// memory (for the daemon: mostly the journals it reads, pages of its targets' /dev/shm files
+/// that exist whether it reads them or not), from /proc/PID/status.
+pub(crate) fn rss_parts(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    (kb("RssAnon:"), kb("RssFile:") + kb("RssShmem:"))
+}
+
 /// What each simulated worker looks like, and how long to keep the daemon for profiling.
 struct Load {
     idle_threads: u32,
     pace_us: u32,
     hold: u64,
+    warmup: u64,
 }
 
 /// `wedgeprobe daemon --config CFG`, its stdout dropped, its stderr as asked (the churn bench
@@ -388,7 +411,10 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
     for _ in 0..procs {
         workers.push(
             Command::new(wp_tests::simworker())
-                .args(["healthy", &(seconds + 30 + load.hold).to_string()])
+                .args([
+                    "healthy",
+                    &(seconds + 20 + load.warmup + load.hold).to_string(),
+                ])
                 .env("CUDA_INJECTION64_PATH", &shim)
                 .env("SIMWORKER_IDLE_THREADS", load.idle_threads.to_string())
                 .env("SIMWORKER_PACE_US", load.pace_us.to_string())
@@ -399,8 +425,9 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
     }
     let mut daemon = spawn_daemon(&wedgeprobe, &cfg, Stdio::null())?;
     let pid = daemon.id();
-    // Attaching 8 processes takes a few seconds (uprobes); then steady state.
-    sleep(Duration::from_secs(10));
+    // Attaching takes a few seconds (uprobes), settling the threads that existed at attach
+    // a few more (two /proc scans each); then steady state.
+    sleep(Duration::from_secs(load.warmup));
     let (cpu0, _) = usage(pid);
     let mut max_rss = 0;
     for _ in 0..seconds {
@@ -408,6 +435,7 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
         max_rss = max_rss.max(usage(pid).1);
     }
     let (cpu1, rss) = usage(pid);
+    let (anon, mapped) = rss_parts(pid);
     if load.hold > 0 {
         println!("daemon pid {pid}: held for {} s", load.hold);
         sleep(Duration::from_secs(load.hold));
@@ -422,16 +450,19 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
         let _ = w.wait();
     }
     let core_pct = 100.0 * (cpu1 - cpu0) / seconds as f64;
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
-        "| processes | idle threads each | pace µs | seconds | daemon CPU (% of one core) | RSS at end MiB | max RSS MiB | SIGTERM to exit s |"
+        "| processes | idle threads each | pace µs | seconds | daemon CPU (% of one core) | RSS at end MiB | of it its own (anon) | of it mapped journals and files | max RSS MiB | SIGTERM to exit s |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {procs} | {} | {} | {seconds} | {core_pct:.2} | {:.1} | {:.1} | {stop_s:.1} |",
+        "| {procs} | {} | {} | {seconds} | {core_pct:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {stop_s:.1} |",
         load.idle_threads,
         load.pace_us,
-        rss as f64 / (1 << 20) as f64,
-        max_rss as f64 / (1 << 20) as f64
+        mib(rss),
+        mib(anon),
+        mib(mapped),
+        mib(max_rss),
     );
     Ok(())
 }

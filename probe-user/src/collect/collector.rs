@@ -37,6 +37,8 @@ const OFFCPU_SCAN_EVERY_NS: u64 = 250_000_000;
 const PRUNE_EVERY_NS: u64 = 1_000_000_000;
 /// Per-thread map entries of ended threads are dropped at least this often.
 const SWEEP_EVERY_NS: u64 = 30_000_000_000;
+/// A live process's threads are listed at least this often (`prune`).
+const THREADS_LIST_EVERY_NS: u64 = 10_000_000_000;
 
 pub struct Collector {
     pub probe: Probe,
@@ -683,12 +685,24 @@ impl Collector {
                         outside_in_a_row,
                     },
                 );
+                // Asleep outside libcuda twice since attach: whatever call it makes next
+                // began after attach (the probes or the journal see it), so it is no longer
+                // a thread that can be in a call from before. Dropped from the set, it is not
+                // filtered again every 250 ms (with 61 threads in each of 64 processes that
+                // filter was 10% of the daemon's CPU).
+                if outside_in_a_row >= 2
+                    && let Some(p) = self.model.procs.get_mut(&pid)
+                    && p.threads.get(&tid).is_none_or(|t| t.scanned_call.is_none())
+                {
+                    p.threads_at_attach.remove(&tid);
+                }
             }
         }
     }
 
     fn prune(&mut self, now_ns: u64) -> Vec<Exited> {
         let mut exited = Vec::new();
+        let mut listed: HashMap<u32, Vec<u32>> = HashMap::new();
         let pids: Vec<u32> = self.model.procs.keys().copied().collect();
         for pid in pids {
             let Some(p) = self.model.procs.get_mut(&pid) else {
@@ -722,16 +736,6 @@ impl Collector {
             let Some(p) = self.model.procs.get_mut(&pid) else {
                 continue;
             };
-            // Threads rename themselves (pthread_setname_np after start): re-read the names
-            // of the threads a report can show (in a call, or busy).
-            for (&tid, t) in p.threads.iter_mut() {
-                if t.current(now_ns).is_some() || t.busy_since_ns != 0 {
-                    t.name = p.target.thread_name(tid);
-                }
-            }
-            let alive = p.target.threads();
-            p.threads_at_attach
-                .retain(|t| alive.binary_search(t).is_ok());
             // Per-thread CPU serves the host-stall verdict only, whose precondition is GPU
             // work that stopped moving with no kernel in flight: read it then, not for every
             // thread of every busy process each second (one /proc read per thread). Quiet
@@ -741,6 +745,31 @@ impl Collector {
             let quiet = (quiet_since_attach
                 || now_ns.saturating_sub(p.last_progress_ns) >= PRUNE_EVERY_NS)
                 && self.model.kernels.get(&pid).is_none_or(|k| k.is_empty());
+            // The threads are listed when their number changed, when their CPU is read, and
+            // every `THREADS_LIST_EVERY_NS`: listing /proc/PID/task every second was 15% of the
+            // daemon's CPU at 64 processes of 61 threads (perf, 2026-12-06); its link count
+            // is one lookup. A thread that ended as another began is let go within that bound.
+            let count = p.target.thread_count();
+            let (listed_at, listed_count) = p.threads_listed;
+            if !quiet
+                && listed_at != 0
+                && count == Some(listed_count)
+                && now_ns.saturating_sub(listed_at) < THREADS_LIST_EVERY_NS
+            {
+                self.model.clear_cpu(pid);
+                continue;
+            }
+            let alive = p.target.threads();
+            p.threads_listed = (now_ns, alive.len() as u32);
+            // Threads rename themselves (pthread_setname_np after start): re-read the names
+            // of the threads a report can show (in a call, or busy).
+            for (&tid, t) in p.threads.iter_mut() {
+                if t.current(now_ns).is_some() || t.busy_since_ns != 0 {
+                    t.name = p.target.thread_name(tid);
+                }
+            }
+            p.threads_at_attach
+                .retain(|t| alive.binary_search(t).is_ok());
             if quiet {
                 for &tid in &alive {
                     if let Some(cpu) = thread_cpu(pid, tid) {
@@ -750,12 +779,20 @@ impl Collector {
             } else {
                 self.model.clear_cpu(pid);
             }
-            self.scanned_at
-                .retain(|(p, t), _| *p != pid || alive.contains(t));
             for tid in self.model.prune_threads(pid, &alive) {
                 // A thread that died inside a call never ran its uretprobe.
                 let _ = self.in_call.remove(&tid);
             }
+            listed.insert(pid, alive);
+        }
+        // One pass over the scans of every process (per process, it was a pass over all of
+        // them each: 3% of the daemon's CPU at 64 processes).
+        if !listed.is_empty() {
+            self.scanned_at.retain(|(p, t), _| {
+                listed
+                    .get(p)
+                    .is_none_or(|alive| alive.binary_search(t).is_ok())
+            });
         }
         if !exited.is_empty() || now_ns.saturating_sub(self.last_sweep_ns) >= SWEEP_EVERY_NS {
             self.last_sweep_ns = now_ns;

@@ -15,8 +15,8 @@
 use std::collections::{HashMap, HashSet};
 
 use probe_common::journal::{
-    ALL_STREAMS, FLAG_MARKED, InflightSlot, RECORD_KERNEL_DONE, RECORD_NODE_DONE, RECORD_SYNCED,
-    RingRecord,
+    ALL_STREAMS, FLAG_MARKED, InflightSlot, RECORD_KERNEL_DONE, RECORD_LAUNCH, RECORD_NODE_DONE,
+    RECORD_SYNCED, RingRecord, drops,
 };
 
 use crate::{
@@ -60,7 +60,36 @@ pub struct JournalCursor {
     scanned_at_ns: Option<u64>,
     /// Which streams' records were lost, and how many.
     pub stream_losses: crate::journal::stream_losses::StreamLosses,
+    /// Per CUPTI stream id, what tells whether an unfinished launch could be there unseen
+    /// (marks mode; `a_head_may_be_hiding`).
+    watch: HashMap<u32, StreamWatch>,
 }
+
+/// One stream as the ring and its mark slot show it between in-flight table scans.
+#[derive(Clone, Copy, Debug, Default)]
+struct StreamWatch {
+    /// The `CUstream` handle (synchronizes retire by handle).
+    stream: u64,
+    /// The newest launch read from the ring (correlation id; 0: none since the last scan
+    /// that found the stream empty).
+    newest: u64,
+    /// The highest per-stream record number accounted for: read from the ring, or covered by
+    /// a scan that found nothing unfinished on the stream.
+    seen_seq: u64,
+    /// Records the stream's mark slot says were written (0: no slot, uncounted).
+    records: u64,
+}
+
+/// A stream that has not passed a mark for this long, with a launch not known done, is
+/// looked for in the in-flight table (at most every `heads_every`'s period). The shim
+/// publishes marks every 100 ms and marks an idle stream's last launch after 100 ms, so a
+/// stream that is moving shows a newer mark well within this; a stuck one is found at most
+/// this plus one period after its last mark, against verdict floors of seconds.
+const HIDDEN_HEAD_NS: u64 = 500_000_000;
+
+/// With nothing that could hide a head, the table is still scanned once in this many periods:
+/// per-stream in-flight counts (metrics, the trace's counters) come from scans only.
+const QUIET_SCAN_PERIODS: u64 = 10;
 
 /// What a head's ages are computed from, kept between in-flight table scans.
 #[derive(Clone, Copy, Debug)]
@@ -155,6 +184,12 @@ impl JournalCursor {
         self.history_unread += read.history_unread;
         for r in &read.records {
             self.stream_losses.note(r);
+            if r.kind == RECORD_LAUNCH {
+                let w = self.watch.entry(r.stream_id).or_default();
+                w.stream = r.stream;
+                w.newest = w.newest.max(r.correlation);
+                w.seen_seq = w.seen_seq.max(r.stream_seq);
+            }
         }
         for r in read.records.iter().filter(|r| r.kind == RECORD_SYNCED) {
             if r.stream == ALL_STREAMS {
@@ -186,6 +221,9 @@ impl JournalCursor {
         self.marks_mode = mode.marks;
         if mode.marks {
             for m in view.marks() {
+                let w = self.watch.entry(m.stream_id).or_default();
+                w.stream = m.stream;
+                w.records = m.records;
                 let e = self.marks.entry(m.stream_id).or_insert((0, 0));
                 if m.done > e.0 {
                     *e = (m.done, m.done_at_ns);
@@ -213,6 +251,13 @@ impl JournalCursor {
     /// until the next scan, while a stuck head stays, aging. The scan reads 8,192 slots that
     /// the target keeps writing — on the H200 with 8 launch-bound PyTorch processes it was
     /// ~390 µs per process, two thirds of the daemon's tick.
+    ///
+    /// With marks, a period's scan is skipped when nothing could be hiding a head: every
+    /// stream passed a mark in the last `HIDDEN_HEAD_NS` or has no launch not known done
+    /// (`a_head_may_be_hiding`), and no kept head is that old; then the table is scanned once
+    /// in `QUIET_SCAN_PERIODS` periods. In marks mode the table's slots are not cleared at
+    /// completion (a passed mark retires them), so a scan reads every slot a busy process
+    /// ever filled: at 64 simulated processes it was 38% of the daemon's CPU (BENCHMARKS.md).
     pub fn heads_every(
         &mut self,
         pid: u32,
@@ -220,27 +265,69 @@ impl JournalCursor {
         now_ns: u64,
         every_ns: u64,
     ) -> Vec<StreamHead> {
-        let due = self
-            .scanned_at_ns
-            .is_none_or(|at| now_ns.saturating_sub(at) >= every_ns);
+        let scanned = std::mem::take(&mut self.scanned);
+        self.scanned = scanned
+            .into_iter()
+            .filter(|(h, t)| !self.retired(h.correlation, t.stream, h.stream_id))
+            .map(|(mut h, t)| {
+                h.launched_ms_ago = now_ns.saturating_sub(t.launch_ns) as f64 / 1e6;
+                h.running_ms = now_ns.saturating_sub(t.since_ns) as f64 / 1e6;
+                (h, t)
+            })
+            .collect();
+        let due = match self.scanned_at_ns {
+            None => true,
+            Some(at) => {
+                let since = now_ns.saturating_sub(at);
+                since >= every_ns
+                    && (every_ns == 0
+                        || !self.marks_mode
+                        || since >= every_ns.saturating_mul(QUIET_SCAN_PERIODS)
+                        || self
+                            .scanned
+                            .iter()
+                            .any(|(_, t)| now_ns.saturating_sub(t.since_ns) >= HIDDEN_HEAD_NS)
+                        || self.a_head_may_be_hiding(view, now_ns))
+            }
+        };
         if due {
             self.scanned = self.scan_heads(pid, view, now_ns);
             self.scanned_at_ns = Some(now_ns);
-        } else {
-            let scanned = std::mem::take(&mut self.scanned);
-            self.scanned = scanned
-                .into_iter()
-                .filter(|(h, t)| !self.retired(h.correlation, t.stream, h.stream_id))
-                .map(|(mut h, t)| {
-                    h.launched_ms_ago = now_ns.saturating_sub(t.launch_ns) as f64 / 1e6;
-                    h.running_ms = now_ns.saturating_sub(t.since_ns) as f64 / 1e6;
-                    (h, t)
-                })
-                .collect();
+            // What the scan found nothing unfinished on is accounted for up to the records
+            // its slot had counted before the scan (read with the marks, before the table).
+            let headed: HashSet<u32> = self.scanned.iter().map(|(h, _)| h.stream_id).collect();
+            self.watch.retain(|id, w| {
+                if headed.contains(id) {
+                    return true;
+                }
+                w.seen_seq = w.seen_seq.max(w.records);
+                w.newest = 0;
+                // A stream with no mark slot has nothing left to watch (its id may never
+                // come back: streams are created and destroyed).
+                w.records != 0
+            });
         }
         let mut heads: Vec<StreamHead> = self.scanned.iter().map(|(h, _)| h.clone()).collect();
         heads.sort_by(|a, b| b.running_ms.total_cmp(&a.running_ms));
         heads
+    }
+
+    /// Whether the in-flight table could hold an unfinished launch older than
+    /// `HIDDEN_HEAD_NS` that the last scan did not see: a stream that has not passed a mark
+    /// for that long with a launch read from the ring and not known done, or with records its
+    /// slot counted that were not read (skipped by the daemon's bounded reads, lost, or written
+    /// since the read). A stream without a mark slot is invisible when its records are not
+    /// read: any such stream keeps the period's scans on.
+    fn a_head_may_be_hiding(&self, view: &JournalView, now_ns: u64) -> bool {
+        if view.header_now().drops[drops::MARKS_FULL] != 0 {
+            return true;
+        }
+        self.watch.iter().any(|(&id, w)| {
+            let passed_at = self.marks.get(&id).map_or(0, |m| m.1);
+            now_ns.saturating_sub(passed_at) >= HIDDEN_HEAD_NS
+                && (w.records > w.seen_seq
+                    || (w.newest != 0 && !self.retired(w.newest, w.stream, id)))
+        })
     }
 
     /// When the in-flight table was last scanned (see `heads_every`).
@@ -272,7 +359,22 @@ impl JournalCursor {
         view: &JournalView,
         now_ns: u64,
     ) -> Vec<(StreamHead, HeadTimes)> {
-        let inflight = view.inflight();
+        // Done by the cheap evidence (a context-wide synchronize, the stream's marks or
+        // completions), told from two words of a slot; the rest is checked in full below.
+        let mut through: Vec<(u32, u64)> = self
+            .marks
+            .iter()
+            .map(|(&id, &(done, _))| (id, done))
+            .chain(self.done_through.iter().map(|(&id, &c)| (id, c)))
+            .collect();
+        through.sort_unstable();
+        let synced_all = self.synced_all;
+        let inflight = view.inflight_unless(|correlation, stream_id| {
+            // Sorted: the last entry of the stream's run holds its highest evidence.
+            let end = through.partition_point(|&(id, _)| id <= stream_id);
+            correlation <= synced_all
+                || (end > 0 && through[end - 1].0 == stream_id && correlation <= through[end - 1].1)
+        });
         // Node completions are kept only while their graph launch is in flight.
         if !self.nodes_done.is_empty() {
             let live: HashSet<u64> = inflight
@@ -588,6 +690,104 @@ mod tests {
             .collect();
         got.sort();
         assert_eq!(got, [("other", 3), ("stuck", 1)]);
+    }
+
+    /// With marks, the daemon's once-a-period scan of the in-flight table is made only when
+    /// something could hide a head there: a busy healthy stream is rescanned once in
+    /// `QUIET_SCAN_PERIODS`, a stream that stops passing marks with a launch after its last
+    /// one is scanned within a period, and so is one whose launches the reader skipped.
+    #[test]
+    fn with_marks_the_table_is_scanned_when_a_stream_stops_passing_marks_not_every_period() {
+        const S: u64 = 1_000_000_000;
+        let (mem, w) = journal();
+        w.set_record_mode(probe_common::journal::RECORD_MARKS, 8, 100);
+        let (a, stuck) = (w.intern(b"a"), w.intern(b"stuck"));
+        let slot = w.mark_slot(7 + 1, 0, 7).unwrap();
+        let on = |corr: u64, name: u32, at: u64| {
+            w.launch(
+                &Launch {
+                    correlation: corr,
+                    name_id: name,
+                    launch_ns: at,
+                    stream: 7,
+                    stream_id: 7,
+                    mark: slot + 1,
+                    ..Launch::default()
+                },
+                Some(slot),
+            );
+        };
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        let mut corr = 0;
+        let mut scans = Vec::new();
+        // Eleven periods of a busy stream passing its marks.
+        for tick in 0..44u64 {
+            let now = S + tick * S / 4;
+            for _ in 0..20 {
+                corr += 1;
+                on(corr, a, now - 1_000);
+            }
+            w.mark_progress(slot, corr - 5); // the last few still in flight
+            w.publish_marks(now - 100_000_000);
+            cursor.advance(&view);
+            cursor.heads_every(1, &view, now, S);
+            if scans.last() != cursor.scanned_at_ns().as_ref() {
+                scans.extend(cursor.scanned_at_ns());
+            }
+        }
+        // The first scan, then one at the tenth period: not one each period.
+        assert_eq!(scans, [S, S + 10 * S], "one scan in ten periods");
+        // The kernel after the last passed mark never completes; the stream stops there.
+        let last_pass = S + 43 * S / 4 - 100_000_000;
+        corr += 1;
+        let stuck_corr = corr;
+        on(stuck_corr, stuck, last_pass + 1_000);
+        w.mark_progress(slot, stuck_corr - 1);
+        w.publish_marks(last_pass + 50_000_000);
+        let mut found = None;
+        for tick in 44..64u64 {
+            let now = S + tick * S / 4;
+            cursor.advance(&view);
+            let heads = cursor.heads_every(1, &view, now, S);
+            if let Some(h) = heads.iter().find(|h| h.correlation == stuck_corr) {
+                found = Some((now, h.running_ms));
+                break;
+            }
+        }
+        let (at, running_ms) = found.expect("the stuck launch is found");
+        assert!(
+            at <= last_pass + 50_000_000 + HIDDEN_HEAD_NS + S,
+            "found {} ms after its stream's last mark",
+            (at - last_pass) / 1_000_000
+        );
+        assert_eq!(running_ms, (at - (last_pass + 50_000_000)) as f64 / 1e6);
+
+        // Skipped, not read: a launch on a quiet stream the reader never saw is looked for.
+        let (mem, w) = journal();
+        w.set_record_mode(probe_common::journal::RECORD_MARKS, 8, 100);
+        let name = w.intern(b"unread");
+        let slot = w.mark_slot(7 + 1, 0, 7).unwrap();
+        let view = mem.view().unwrap();
+        let mut cursor = JournalCursor::default();
+        cursor.advance(&view);
+        assert!(cursor.heads_every(1, &view, S, S).is_empty());
+        w.launch(
+            &Launch {
+                correlation: 1,
+                name_id: name,
+                launch_ns: S + 1_000,
+                stream: 7,
+                stream_id: 7,
+                mark: slot + 1,
+                ..Launch::default()
+            },
+            Some(slot),
+        );
+        cursor.advance_at_most(&view, 0);
+        let heads = cursor.heads_every(1, &view, 2 * S + 1, S);
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        assert_eq!(heads[0].kernel, "unread");
     }
 
     #[test]

@@ -127,6 +127,9 @@ pub struct StreamMark {
     pub stream: u64,
     pub done: u64,
     pub done_at_ns: u64,
+    /// Ring records written for the stream so far (`MarkSlot::records`), read after the rest
+    /// of the slot: at least as many as were numbered when `done` was read.
+    pub records: u64,
 }
 
 /// How the shim learns completions, by the header now.
@@ -281,7 +284,9 @@ impl JournalView {
             if a != b || a.key == 0 {
                 continue;
             }
+            let records: u64 = self.read(off + offset_of!(MarkSlot, records) as u64);
             out.push(StreamMark {
+                records,
                 index: i,
                 stream_id: a.key - 1,
                 device: a.device,
@@ -391,13 +396,25 @@ impl JournalView {
 
     /// Launches not yet completed (consistent slots only).
     pub fn inflight(&self) -> Vec<InflightSlot> {
+        self.inflight_unless(|_, _| false)
+    }
+
+    /// `inflight`, less the slots `retired(correlation, stream_id)` says are done, told by
+    /// two words of the slot before it is copied (twice, 88 bytes). In marks mode slots are
+    /// not cleared at completion, so a busy process's table is full of done launches: copying
+    /// all 8,192 was most of a scan.
+    pub fn inflight_unless(&self, retired: impl Fn(u64, u32) -> bool) -> Vec<InflightSlot> {
         let mut out = Vec::new();
         for i in 0..self.layout.inflight_cap {
             let off = self.layout.inflight_off() + i as u64 * size_of::<InflightSlot>() as u64;
-            // Most slots are free: one word tells, before copying 88 bytes twice (this runs
-            // on every 50 ms tick over 8,192 slots).
+            // Most slots are free or done: one or two words tell.
             let correlation: u64 = self.read(off);
             if correlation == 0 {
+                continue;
+            }
+            let ids: u64 = self.read(off + offset_of!(InflightSlot, stream_id) as u64);
+            // `stream_id` is the low half of its word (little-endian, `#[repr(C)]`).
+            if retired(correlation, ids as u32) {
                 continue;
             }
             let a: InflightSlot = self.read(off);
@@ -439,13 +456,17 @@ impl JournalView {
         for index in start..head {
             let off = self.layout.ring_off() + (index % cap) * size_of::<RingRecord>() as u64;
             let r: RingRecord = self.read(off);
-            let again: RingRecord = self.read(off);
+            // Seqlock: the record's words are acquire loads, so its `seq` read again after
+            // them says whether a writer began on the slot meanwhile (a second copy of the
+            // whole record said the same at twice the reads: the daemon reads up to 1,024
+            // records per process per tick).
+            let again: u64 = self.read(off);
             // Wrapping: `ring_head` comes from the file and may be anything.
             let (writing, done) = (
                 index.wrapping_mul(2).wrapping_add(1),
                 index.wrapping_mul(2).wrapping_add(2),
             );
-            if r.seq == done && r == again {
+            if r.seq == done && again == done {
                 read.records.push(r);
             } else if r.seq <= writing {
                 // Being written, or reserved and not yet begun (an older lap's seq): stop

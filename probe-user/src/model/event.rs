@@ -132,13 +132,24 @@ impl Names {
         n
     }
 
-    /// Adds what the model knows now (names of threads that exited are kept).
+    /// Adds what the model knows now (names of threads that exited are kept). Runs every
+    /// daemon tick over every thread of every process: a name is copied only when new or
+    /// changed (copying all of them was 5% of the daemon's CPU at 64 processes of 61 threads).
     pub fn update(&mut self, model: &crate::model::Model) {
+        fn keep<K: std::hash::Hash + Eq>(map: &mut HashMap<K, String>, key: K, name: &str) {
+            match map.get_mut(&key) {
+                Some(n) if n == name => {}
+                Some(n) => name.clone_into(n),
+                None => {
+                    map.insert(key, name.to_owned());
+                }
+            }
+        }
         for (&pid, p) in &model.procs {
-            self.processes.insert(pid, p.target.comm.clone());
+            keep(&mut self.processes, pid, &p.target.comm);
             for (&tid, t) in &p.threads {
                 if !t.name.is_empty() {
-                    self.threads.insert((pid, tid), t.name.clone());
+                    keep(&mut self.threads, (pid, tid), &t.name);
                 }
             }
         }

@@ -380,6 +380,9 @@ pub struct ProcessState {
     /// passing, a synchronize returning (not a launch, not a driver call returning); 0: never.
     /// Threads waiting on a GPU that is still completing work are busy, not stuck.
     pub last_gpu_done_ns: u64,
+    /// When the collector last listed the process's threads, and how many it had then
+    /// (`Collector::prune`).
+    pub threads_listed: (u64, u32),
 }
 
 /// Latency of finished calls of one entry point.
@@ -599,6 +602,7 @@ impl Model {
                 last_progress_ns: now_ns,
                 progress_known_before_attach: false,
                 last_gpu_done_ns: 0,
+                threads_listed: (0, 0),
             },
         );
     }

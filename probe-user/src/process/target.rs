@@ -41,6 +41,9 @@ pub struct Target {
     /// reused by a new process has another, and `alive` tells them apart — a daemon that took
     /// the new one for the old kept the old one's journal and wedge (issue 34).
     pub start_ticks: u64,
+    /// A pidfd of the process (None where the kernel has none, < 5.3): readable once it has
+    /// exited, zombie included, and never another process's (`alive`).
+    exit_fd: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 impl Target {
@@ -86,6 +89,7 @@ impl Target {
         let journal = all.iter().find(|m| is_journal(&m.path)).cloned();
         let code_maps = all.into_iter().filter(|m| m.executable).collect();
         Ok(Self {
+            exit_fd: pidfd(pid, start_ticks).map(std::sync::Arc::new),
             journal,
             pid,
             comm,
@@ -100,7 +104,23 @@ impl Target {
     /// False once the process exited, including while it is a zombie its parent has not
     /// reaped yet (its threads and mappings are gone then).
     /// A pid now held by another process (its start time differs) counts as exited.
+    ///
+    /// The daemon asks this of every process every second: by the pidfd one `poll` (reading
+    /// /proc/PID/stat was 3% of its CPU at 64 processes), by /proc where there is none.
     pub fn alive(&self) -> bool {
+        if let Some(fd) = &self.exit_fd {
+            use std::os::fd::AsRawFd;
+            let mut p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, no wait.
+            let n = unsafe { libc::poll(&mut p, 1, 0) };
+            if n >= 0 {
+                return n == 0;
+            }
+        }
         let Ok(stat) = fs::read_to_string(format!("/proc/{}/stat", self.pid)) else {
             return false;
         };
@@ -121,6 +141,16 @@ impl Target {
             .collect();
         tids.sort_unstable();
         tids
+    }
+
+    /// How many threads the target has, without listing them: /proc/PID/task's link count
+    /// is 2 + its threads (one lookup, where listing fills an entry per thread; None if gone).
+    pub fn thread_count(&self) -> Option<u32> {
+        use std::os::unix::fs::MetadataExt;
+        let links = fs::metadata(format!("/proc/{}/task", self.pid))
+            .ok()?
+            .nlink();
+        u32::try_from(links.checked_sub(2)?).ok()
     }
 
     pub fn thread_name(&self, tid: u32) -> String {
@@ -233,6 +263,23 @@ pub fn is_journal(path: &str) -> bool {
 pub fn is_libcuda(path: &str) -> bool {
     let base = path.rsplit('/').next().unwrap_or(path);
     base == "libcuda.so" || base.starts_with("libcuda.so.")
+}
+
+/// A pidfd of `pid` if it is still the process that started at `start_ticks` (checked after
+/// the open: the pid could have been reused before it).
+fn pidfd(pid: u32, started: u64) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    if started == 0 {
+        return None;
+    }
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor just returned to us, owned by nobody else.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    (start_ticks(pid) == Some(started)).then_some(fd)
 }
 
 fn read_comm(path: &std::path::Path) -> Option<String> {

@@ -38,6 +38,8 @@ use config::Config;
 const MAX_RECORDS_PER_TICK: u64 = 1024;
 /// In-flight tables are scanned this often (see `run`).
 const HEADS_EVERY_NS: u64 = 1_000_000_000;
+/// Track names (for dumps) are refreshed this often (`Engine::names_every_ns`).
+const NAMES_EVERY_NS: u64 = 1_000_000_000;
 
 /// Structured log lines on stderr: text, or one JSON object per line. Lines are queued and
 /// written by `flush` once the tick's metrics are published, so what a line says (a verdict,
@@ -117,6 +119,8 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
         },
         sys::monotonic_ns(),
     );
+    let mut engine = engine;
+    engine.names_every_ns = NAMES_EVERY_NS;
     let mut d = Daemon {
         engine,
         cfg,

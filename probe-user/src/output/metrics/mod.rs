@@ -498,19 +498,18 @@ pub fn encode(s: &Snapshot) -> String {
     out
 }
 
-/// wedgeprobe's own CPU seconds and resident bytes, from /proc/self.
+/// wedgeprobe's own CPU seconds (getrusage: one system call, where /proc/self/stat is an
+/// open, a read and a close every daemon tick) and resident bytes (/proc/self/statm).
 pub fn own_usage() -> (f64, u64) {
-    let (ticks, page) = (crate::sys::clock_ticks_per_s(), crate::sys::page_size());
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(vec![], |(_, r)| r.split_whitespace().collect());
-    // After the comm: state is field 0, utime 11, stime 12.
-    let cpu = match (fields.get(11), fields.get(12)) {
-        (Some(u), Some(s)) => {
-            (u.parse::<f64>().unwrap_or(0.0) + s.parse::<f64>().unwrap_or(0.0)) / ticks
-        }
-        _ => 0.0,
+    let page = crate::sys::page_size();
+    // SAFETY: an all-zero rusage is valid; getrusage writes it whole.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    let cpu = if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        secs(ru.ru_utime) + secs(ru.ru_stime)
+    } else {
+        0.0
     };
     let rss = std::fs::read_to_string("/proc/self/statm")
         .ok()
