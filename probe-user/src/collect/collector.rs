@@ -765,7 +765,11 @@ impl Collector {
             // of the threads a report can show (in a call, or busy).
             for (&tid, t) in p.threads.iter_mut() {
                 if t.current(now_ns).is_some() || t.busy_since_ns != 0 {
-                    t.name = p.target.thread_name(tid);
+                    let name = p.target.thread_name(tid);
+                    if name != t.name {
+                        t.name = name;
+                        p.names_version += 1;
+                    }
                 }
             }
             p.threads_at_attach

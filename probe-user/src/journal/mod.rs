@@ -265,37 +265,48 @@ impl JournalView {
 
     /// The streams' marks (claimed, consistent slots only).
     pub fn marks(&self) -> Vec<StreamMark> {
-        let mut out = Vec::new();
-        for i in 0..self.layout.marks_cap {
-            let off = self.layout.marks_off() + i as u64 * size_of::<MarkSlot>() as u64;
-            let key: u64 = self.read(off);
-            if key as u32 == 0 {
-                continue;
-            }
-            // `records` moves with every launch on the stream: not part of the consistency check.
-            let a = MarkSlot {
-                records: 0,
-                ..self.read(off)
-            };
-            let b = MarkSlot {
-                records: 0,
-                ..self.read(off)
-            };
-            if a != b || a.key == 0 {
-                continue;
-            }
-            let records: u64 = self.read(off + offset_of!(MarkSlot, records) as u64);
-            out.push(StreamMark {
-                records,
-                index: i,
-                stream_id: a.key - 1,
-                device: a.device,
-                stream: a.stream,
-                done: a.done,
-                done_at_ns: a.done_at_ns,
-            });
+        (0..self.layout.marks_cap)
+            .filter_map(|i| self.mark_at(i))
+            .collect()
+    }
+
+    /// `marks` of the slots `indices` only (claimed slots keep their stream for good: a
+    /// reader that knows them need not read the 1,024 others every tick).
+    pub fn marks_at(&self, indices: &[u32]) -> Vec<StreamMark> {
+        indices.iter().filter_map(|&i| self.mark_at(i)).collect()
+    }
+
+    fn mark_at(&self, i: u32) -> Option<StreamMark> {
+        if i >= self.layout.marks_cap {
+            return None;
         }
-        out
+        let off = self.layout.marks_off() + i as u64 * size_of::<MarkSlot>() as u64;
+        let key: u64 = self.read(off);
+        if key as u32 == 0 {
+            return None;
+        }
+        // `records` moves with every launch on the stream: not part of the consistency check.
+        let a = MarkSlot {
+            records: 0,
+            ..self.read(off)
+        };
+        let b = MarkSlot {
+            records: 0,
+            ..self.read(off)
+        };
+        if a != b || a.key == 0 {
+            return None;
+        }
+        let records: u64 = self.read(off + offset_of!(MarkSlot, records) as u64);
+        Some(StreamMark {
+            records,
+            index: i,
+            stream_id: a.key - 1,
+            device: a.device,
+            stream: a.stream,
+            done: a.done,
+            done_at_ns: a.done_at_ns,
+        })
     }
 
     /// Ring records written so far per stream: (CUPTI stream id, count), claimed slots only.

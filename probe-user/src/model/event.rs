@@ -123,6 +123,9 @@ impl TraceEvent {
 pub struct Names {
     pub processes: HashMap<u32, String>,
     pub threads: HashMap<(u32, u32), String>,
+    /// Each process's (attach time, `names_version`) when last copied: a pid reused by a new
+    /// process is another process.
+    seen: HashMap<u32, (u64, u64)>,
 }
 
 impl Names {
@@ -133,8 +136,9 @@ impl Names {
     }
 
     /// Adds what the model knows now (names of threads that exited are kept). Runs every
-    /// daemon tick over every thread of every process: a name is copied only when new or
-    /// changed (copying all of them was 5% of the daemon's CPU at 64 processes of 61 threads).
+    /// second in the daemon: only processes whose threads were added or renamed since are
+    /// looked at, and a name is copied only when new or changed (copying all of them every
+    /// tick was 5% of the daemon's CPU at 64 processes of 61 threads).
     pub fn update(&mut self, model: &crate::model::Model) {
         fn keep<K: std::hash::Hash + Eq>(map: &mut HashMap<K, String>, key: K, name: &str) {
             match map.get_mut(&key) {
@@ -145,7 +149,12 @@ impl Names {
                 }
             }
         }
+        self.seen.retain(|pid, _| model.procs.contains_key(pid));
         for (&pid, p) in &model.procs {
+            let version = (p.attached_ns, p.names_version);
+            if self.seen.insert(pid, version) == Some(version) {
+                continue;
+            }
             keep(&mut self.processes, pid, &p.target.comm);
             for (&tid, t) in &p.threads {
                 if !t.name.is_empty() {
