@@ -82,7 +82,7 @@ const CALLS: &[(&CStr, Kind)] = &[
     (c"cuGraphInstantiateWithParams_ptsz", Kind::Instantiate),
 ];
 
-const N: usize = 33;
+pub const N: usize = 33;
 const _: () = assert!(CALLS.len() == N);
 static ORIGINAL: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 /// `probe_common::api` ids (u32::MAX: not a traced API).

@@ -20,6 +20,9 @@ use super::{
 };
 use crate::record::Recorder;
 
+// Every entry point hooked has a slot in the one trampoline area.
+const _: () = assert!(patch_code::SLOTS >= ENTRIES.len() + super::calls::N);
+
 /// The patches applied, for `remove`.
 static PATCHES: OnceLock<Vec<patch_code::Patch>> = OnceLock::new();
 
@@ -189,14 +192,29 @@ fn prepare(resolve: Resolve, with_calls: bool) -> Result<Prepared, NotHooked> {
     }
     let mut calls = Vec::new();
     if with_calls {
+        // A call entry point not hooked costs what it records (a wait unseen by the journal,
+        // a graph not named): said, by name, in one line.
+        let mut not_hooked = Vec::new();
         for (name, ours, i) in super::calls::entries() {
             // SAFETY: a valid handle and a NUL-terminated name.
             let p = unsafe { libc::dlsym(h, name.as_ptr()) } as usize;
-            if p != 0
-                && let Ok(patch) = page.prepare(p, ours)
-            {
-                calls.push((i, patch));
+            if p == 0 {
+                continue; // an older driver without it: nothing calls it
             }
+            match page.prepare(p, ours) {
+                Ok(patch) => calls.push((i, patch)),
+                Err(why) => not_hooked.push(format!("{} ({why})", name.to_string_lossy())),
+            }
+        }
+        if !not_hooked.is_empty() {
+            crate::log_line(
+                format!(
+                    "{} call entry points not hooked, their calls unrecorded: {}",
+                    not_hooked.len(),
+                    not_hooked.join(", ")
+                )
+                .as_bytes(),
+            );
         }
     }
     page.seal()?;

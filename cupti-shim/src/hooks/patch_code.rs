@@ -49,6 +49,13 @@ const JMP_LEN: usize = 5;
 const SLOT: usize = 128;
 const STUB_AT: usize = 96;
 const PAGE: usize = 4096;
+/// The trampoline area: four pages, 128 slots. The shim patches 8 launch entry points and 33
+/// call entry points (41 slots); one page held 32 once slots grew from 48 to 128 bytes for
+/// relocated code, and the last 9 call hooks (graph instantiation among them) went unhooked
+/// without a word — graphs were no longer named in the default mode (H100, 2026-12-06).
+const AREA: usize = 4 * PAGE;
+/// Patches one trampoline area holds.
+pub const SLOTS: usize = AREA / SLOT;
 /// The most bytes of a function read to plan its patch (its first instruction and those the
 /// jump covers: at most 15 + 4 × 15).
 pub const HEAD: usize = 80;
@@ -384,8 +391,8 @@ fn readable_len(target: usize) -> usize {
     page_end - target
 }
 
-/// The trampoline page: one per process, near the patched library (a `rel32` jump reaches
-/// ±2 GiB).
+/// The trampoline area (`AREA`, page-aligned): one per process, near the patched library (a
+/// `rel32` jump reaches ±2 GiB).
 pub struct Page {
     base: *mut u8,
     used: usize,
@@ -395,7 +402,7 @@ pub struct Page {
 unsafe impl Send for Page {}
 
 impl Page {
-    /// Maps a page within ±1.5 GiB of `near`.
+    /// Maps the area within ±1.5 GiB of `near`.
     pub fn near(near: usize) -> Result<Page, &'static str> {
         const STEP: usize = 64 << 20;
         for i in 1..24usize {
@@ -405,7 +412,7 @@ impl Page {
                 let p = unsafe {
                     libc::mmap(
                         hint as *mut libc::c_void,
-                        PAGE,
+                        AREA,
                         libc::PROT_READ | libc::PROT_WRITE,
                         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                         -1,
@@ -422,7 +429,7 @@ impl Page {
                     });
                 }
                 // SAFETY: the mapping just made.
-                unsafe { libc::munmap(p, PAGE) };
+                unsafe { libc::munmap(p, AREA) };
             }
         }
         Err("no memory for trampolines near libcuda")
@@ -432,7 +439,7 @@ impl Page {
     pub fn seal(&self) -> Result<(), &'static str> {
         // SAFETY: our own mapping.
         let r =
-            unsafe { libc::mprotect(self.base.cast(), PAGE, libc::PROT_READ | libc::PROT_EXEC) };
+            unsafe { libc::mprotect(self.base.cast(), AREA, libc::PROT_READ | libc::PROT_EXEC) };
         if r == 0 {
             Ok(())
         } else {
@@ -492,8 +499,8 @@ impl Page {
     /// kept and moved instructions relocated, and a jump back) and the stub that undoes the
     /// kept instruction and reaches `ours` into this page.
     pub fn prepare(&mut self, target: usize, ours: usize) -> Result<Patch, NotPrepared> {
-        if self.used + SLOT > PAGE {
-            return Err(NotPrepared::Failed("trampoline page full"));
+        if self.used + SLOT > AREA {
+            return Err(NotPrepared::Failed("trampoline area full"));
         }
         // SAFETY: the caller hands an exported function's entry.
         let plan = unsafe { plan_at(target) }.map_err(NotPrepared::Refused)?;
@@ -775,6 +782,21 @@ mod tests {
         let f: extern "C" fn(u64, u64) -> u64 =
             unsafe { std::mem::transmute(ORIGINAL.load(Ordering::SeqCst) as usize) };
         f(a, b) * 10
+    }
+
+    #[test]
+    fn one_trampoline_area_holds_a_patch_for_every_entry_point_the_shim_hooks()
+    -> Result<(), &'static str> {
+        // Prepared, never applied: each prepare writes only into the area.
+        let target = wp_patch_test_target as *const () as usize;
+        let mut page = Page::near(target)?;
+        let wanted = super::super::launch::ENTRIES.len() + super::super::calls::N;
+        for i in 0..wanted {
+            if let Err(why) = page.prepare(target, ours as *const () as usize) {
+                panic!("patch {} of {wanted} not prepared: {why}", i + 1);
+            }
+        }
+        page.seal()
     }
 
     #[test]
