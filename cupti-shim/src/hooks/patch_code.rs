@@ -785,18 +785,17 @@ mod tests {
     }
 
     #[test]
-    fn one_trampoline_area_holds_a_patch_for_every_entry_point_the_shim_hooks()
-    -> Result<(), &'static str> {
+    fn one_trampoline_area_holds_a_patch_for_every_entry_point_the_shim_hooks() -> Result<(), String>
+    {
         // Prepared, never applied: each prepare writes only into the area.
         let target = wp_patch_test_target as *const () as usize;
         let mut page = Page::near(target)?;
         let wanted = super::super::launch::ENTRIES.len() + super::super::calls::N;
         for i in 0..wanted {
-            if let Err(why) = page.prepare(target, ours as *const () as usize) {
-                panic!("patch {} of {wanted} not prepared: {why}", i + 1);
-            }
+            page.prepare(target, ours as *const () as usize)
+                .map_err(|why| format!("patch {} of {wanted} not prepared: {why}", i + 1))?;
         }
-        page.seal()
+        Ok(page.seal()?)
     }
 
     #[test]
