@@ -513,7 +513,9 @@ def daemon_node(run, n=32):
     cfg = run.log("daemon.toml")
     with open(cfg, "w") as f:
         f.write(f'listen = "127.0.0.1:{port}"\ndump_dir = "{run.h.logs}/node-dumps"\n')
-    d = run.start([run.h.wp, "daemon", "--config", cfg], suffix="daemon")
+    # Where its CPU goes (thread CPU per part of a tick, every 100 ticks on stderr).
+    d = run.start([run.h.wp, "daemon", "--config", cfg], suffix="daemon",
+                  env={"WEDGEPROBE_DEBUG_TICK": "1"})
     pids = {str(p.pid) for p in ps}
     t0, seen = time.monotonic(), set()
     while time.monotonic() - t0 < 40 and seen != pids:
@@ -538,6 +540,10 @@ def daemon_node(run, n=32):
     run.check(f"daemon CPU <= 1.5% of a core at {n} processes", pct <= 1.5, round(pct, 2))
     run.notes.append(f"daemon at {n} processes: {pct:.2f}% of one core over {w1 - w0:.0f} s, "
                      f"RSS {rss:.0f} MiB (shmem {shm:.0f} MiB), {threads} threads")
+    with open(run.log("daemon.err")) as f:
+        ticks = [l.strip() for l in f if "per tick over the last 100" in l]
+    if ticks:
+        run.notes.append("its last tick breakdown: " + ticks[-1].split(": ", 1)[-1])
     t0 = time.monotonic()
     d.send_signal(signal.SIGTERM)
     code = run.exit_code(d, 60)

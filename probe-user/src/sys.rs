@@ -9,6 +9,17 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// CPU time of the calling thread (what a tick costs, whatever else the machine runs: wall
+/// time on a loaded node counted the preemptions too).
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time of this whole process, every thread (the daemon's HTTP thread included).
+pub fn process_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
 /// Clock ticks per second (`_SC_CLK_TCK`), the unit of /proc's CPU times.
 pub fn clock_ticks_per_s() -> f64 {
     // SAFETY: sysconf has no preconditions.
@@ -117,7 +128,7 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid out-pointer; both clocks always exist on Linux.
+    // SAFETY: `ts` is a valid out-pointer; every clock used here always exists on Linux.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

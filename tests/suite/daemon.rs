@@ -820,3 +820,61 @@ fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
         );
     }
 }
+
+/// A wedged process's dump holds the launches that led to its wedge, however busy its
+/// neighbours: a launch-bound neighbour fills a node-wide recorder of `flight_max_events` in a
+/// fraction of a second, and the wedge is declared only after its kernel floor. Before, the
+/// daemon kept every process's launches in one recorder and the dump of the wedged process
+/// held none of its own; now they come from its journal ring, which stops moving when the
+/// process does.
+#[test]
+fn a_dump_keeps_the_wedged_process_s_launches_while_a_neighbour_floods() {
+    require_root!();
+    let d = Daemon::start(
+        "dump-neighbour",
+        "kernel_floor = \"1s\"\nflight_max_events = 2000\n",
+    );
+    let shim = shim_path();
+    let busy = Worker::spawn(
+        &["healthy", "30"],
+        &[("CUDA_INJECTION64_PATH", &shim), ("SIMWORKER_PACE_US", "0")],
+    );
+    let busy_pid = busy.pid();
+    d.wait_for(secs(10.0), |e| {
+        e["event"] == "attached" && e["pid"] == busy_pid
+    });
+    sleep(secs(1.0));
+    let w = Worker::spawn(
+        &["wedge", "8", "1500"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "10"),
+        ],
+    );
+    let pid = w.pid();
+    let dump = d.wait_for(secs(20.0), |e| e["event"] == "dump" && e["pid"] == pid);
+    let trace = PathBuf::from(dump["trace"].as_str().unwrap());
+    let c = wp_tests::chrome_check::check_file(&trace).unwrap_or_else(|e| panic!("{e}"));
+    let own_launches = c
+        .events
+        .iter()
+        .filter(|e| e["cat"] == "launch" && e["pid"] == pid)
+        .count();
+    eprintln!(
+        "own launches {own_launches}, all launches {}, events {}",
+        c.events.iter().filter(|e| e["cat"] == "launch").count(),
+        c.events.len()
+    );
+    assert!(
+        own_launches >= 500,
+        "the wedged process's launches in its dump: {own_launches} (the dump: {} events)",
+        c.events.len()
+    );
+    assert!(
+        c.events.iter().chain(c.open.iter()).any(|e| e["pid"] == pid
+            && e["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("attn_wedge_kernel"))),
+        "the stuck kernel is in the dump"
+    );
+}

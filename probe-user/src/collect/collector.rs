@@ -63,6 +63,10 @@ pub struct Collector {
     /// When set, every call, launch and kernel drained is also appended here as a trace
     /// event (for `trace` and the flight recorder); the consumer empties it each tick.
     pub tap: Option<Vec<TraceEvent>>,
+    /// Whether journal launches and completions go into `tap` as they are read (true), or
+    /// stay in each journal's ring until a flight dump asks for them (`ring_events`: the
+    /// daemon's way).
+    pub tap_journal_records: bool,
     /// Per sleeping thread, the (sp, pc) its stack was last scanned at, and whether that scan
     /// found it inside libcuda: a thread still asleep at the same place has the same stack,
     /// so it is not read and scanned again (a serving process has dozens of threads parked in
@@ -79,6 +83,8 @@ pub struct Collector {
     names: HashMap<(u32, u32), Arc<str>>,
     /// Time spent in each part of `poll` (see `take_phases`).
     phases: [std::time::Duration; PHASES.len()],
+    /// Journal ring records read since `WEDGEPROBE_DEBUG_TICK` last took them.
+    pub records_read: u64,
     /// Processes attached with their launches left to the journal (no launch probes).
     launches_by_journal: std::collections::HashSet<u32>,
     /// Processes whose shim stopped recording since the last `take_launch_probe_changes`, with
@@ -101,17 +107,19 @@ const PHASES: [&str; 11] = [
     "counters",
 ];
 
-/// Successive intervals of one poll.
-struct Lap(std::time::Instant);
+/// Successive intervals of one poll, in this thread's CPU time (wall time counted the
+/// preemptions on a loaded node: 4-6 ms a tick against 1.6 ms of CPU at 16 simulated processes
+/// on 2 cores, 2026-12-06).
+struct Lap(u64);
 
 impl Lap {
     fn start() -> Self {
-        Self(std::time::Instant::now())
+        Self(sys::thread_cpu_ns())
     }
 
     fn mark(&mut self, into: &mut std::time::Duration) {
-        let now = std::time::Instant::now();
-        *into += now - self.0;
+        let now = sys::thread_cpu_ns();
+        *into += std::time::Duration::from_nanos(now.saturating_sub(self.0));
         self.0 = now;
     }
 }
@@ -185,11 +193,13 @@ impl Collector {
             ns_tids: HashMap::new(),
             pump: None,
             tap: None,
+            tap_journal_records: true,
             max_records_per_poll: u64::MAX,
             heads_every_ns: 0,
             scanned_at: HashMap::new(),
             names: HashMap::new(),
             phases: Default::default(),
+            records_read: 0,
             launches_by_journal: Default::default(),
             launch_probe_changes: Vec::new(),
         })
@@ -333,6 +343,7 @@ impl Collector {
                 cursor.stream_losses.settle(&view.stream_counts());
             }
             lap.mark(&mut self.phases[3]);
+            self.records_read += records.len() as u64;
             let mut done_at = 0u64;
             for r in records {
                 if r.kind == RECORD_SYNCED {
@@ -343,6 +354,10 @@ impl Collector {
                     continue;
                 }
                 moved_at = moved_at.max(r.start_ns.max(r.end_ns).min(now_ns));
+                // A launch only dates GPU work, unless it goes into the tap.
+                if !is_completion(&r) && !(self.tap_journal_records && self.tap.is_some()) {
+                    continue;
+                }
                 let name = match &last {
                     Some((id, n)) if *id == r.name_id => n.clone(),
                     _ => {
@@ -365,7 +380,9 @@ impl Collector {
                     run.push(r.end_ns.saturating_sub(r.start_ns));
                     done_at = done_at.max(r.end_ns.min(now_ns));
                 }
-                if let Some(tap) = &mut self.tap {
+                if self.tap_journal_records
+                    && let Some(tap) = &mut self.tap
+                {
                     let mut r = r;
                     r.tid = tids.host(r.tid, now_ns);
                     tap.push(trace_event(pid, &r, name));
@@ -463,6 +480,57 @@ impl Collector {
                 .map_err(|e| format!("{e:#}"));
             self.launch_probe_changes.push((pid, outcome));
         }
+    }
+
+    /// What `pid`'s journal ring still holds from `since_ns` on — its newest launches and
+    /// completions, at most the newest `max` — as trace events, for a flight dump. The ring
+    /// is the shim's own recorder of the process's last records; a dump reads it there
+    /// instead of the daemon copying every record into its recorder each tick. At 32
+    /// PyTorch servers on an H100 that copying was most of the daemon's CPU (BENCHMARKS.md),
+    /// and one shared recorder let busy neighbours evict a wedged process's last launches
+    /// (500,000 events were ~3 s of 32 servers' launches) while a wedged process stops
+    /// launching, so its ring keeps what led to the wedge.
+    pub fn ring_events(
+        &mut self,
+        pid: u32,
+        since_ns: u64,
+        max: usize,
+        now_ns: u64,
+    ) -> Vec<TraceEvent> {
+        let Some((journal, _)) = self.journals.get(&pid) else {
+            return Vec::new();
+        };
+        let view = journal.view();
+        let head = view.header_now_ring_head();
+        let cap = u64::from(view.layout().ring_cap);
+        // From the oldest record the ring holds; `window_from` at the head: what was
+        // overwritten while this read went is not a loss of the process's record.
+        let read = view.ring_since(head.saturating_sub(cap), head);
+        let tids = self
+            .ns_tids
+            .entry(pid)
+            .or_insert_with(|| crate::process::ns_tids::NsTids::new(pid));
+        let kept: Vec<&RingRecord> = read
+            .records
+            .iter()
+            .filter(|r| (is_completion(r) || r.kind == RECORD_LAUNCH) && r.start_ns >= since_ns)
+            .collect();
+        let skip = kept.len().saturating_sub(max);
+        kept[skip..]
+            .iter()
+            .map(|&&r| {
+                let name = self
+                    .names
+                    .entry((pid, r.name_id))
+                    .or_insert_with(|| {
+                        Arc::from(view.name(r.name_id).unwrap_or_else(|| "?".into()))
+                    })
+                    .clone();
+                let mut r = r;
+                r.tid = tids.host(r.tid, now_ns);
+                trace_event(pid, &r, name)
+            })
+            .collect()
     }
 
     /// Whether `pid`'s stream heads come from an in-flight table scan made in the poll at

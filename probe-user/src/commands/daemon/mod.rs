@@ -13,7 +13,7 @@ use std::{
     io::Write,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::json;
@@ -145,14 +145,17 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
         if signals::reload_requested() {
             d.reload(args.config.as_deref());
         }
+        let t0 = sys::thread_cpu_ns();
         d.discover(now);
-        let t0 = Instant::now();
+        let t1 = sys::thread_cpu_ns();
         let tick = d.engine.tick(now);
+        let t2 = sys::thread_cpu_ns();
         d.handle(&tick);
         d.publish(&tick);
         d.log.flush();
         if let Some(debug) = &mut d.debug {
-            debug.add(t0.elapsed(), &mut d.engine.collector);
+            let t3 = sys::thread_cpu_ns();
+            debug.add([t1 - t0, t2 - t1, t3 - t2], &mut d.engine.collector);
         }
         std::thread::sleep(d.cfg.tick);
     }
@@ -524,30 +527,55 @@ impl Daemon {
     }
 }
 
-/// `WEDGEPROBE_DEBUG_TICK=1`: the average tick and the collector's phases, every 100 ticks.
-#[derive(Default)]
+/// `WEDGEPROBE_DEBUG_TICK=1`: where the daemon's CPU goes, every 100 ticks on stderr — the
+/// main thread's parts of a tick and the collector's phases (thread CPU time), the records
+/// read from the journals, and the whole process's CPU (the HTTP thread's too) as a share of
+/// one core. The GPU harness's `daemon-node` keeps these lines.
 struct TickDebug {
-    whole: Duration,
+    /// Discovery, the engine's tick (the collector's poll in it), logging and metrics.
+    parts: [u64; 3],
     ticks: u64,
+    since: (u64, u64),
+}
+
+impl Default for TickDebug {
+    fn default() -> Self {
+        Self {
+            parts: [0; 3],
+            ticks: 0,
+            since: (sys::monotonic_ns(), sys::process_cpu_ns()),
+        }
+    }
 }
 
 impl TickDebug {
-    fn add(&mut self, took: Duration, collector: &mut Collector) {
-        self.whole += took;
-        self.ticks += 1;
-        if self.ticks.is_multiple_of(100) {
-            let poll: Vec<String> = collector
-                .take_phases()
-                .into_iter()
-                .map(|(n, d)| format!("{n} {:?}", d / 100))
-                .collect();
-            eprintln!(
-                "wedgeprobe daemon: per tick over the last 100: whole tick {:?} (poll: {})",
-                self.whole / 100,
-                poll.join(", ")
-            );
-            self.whole = Duration::ZERO;
+    fn add(&mut self, parts: [u64; 3], collector: &mut Collector) {
+        for (sum, p) in self.parts.iter_mut().zip(parts) {
+            *sum += p;
         }
+        self.ticks += 1;
+        if !self.ticks.is_multiple_of(100) {
+            return;
+        }
+        let per_tick = |ns: u64| Duration::from_nanos(ns / 100);
+        let poll: Vec<String> = collector
+            .take_phases()
+            .into_iter()
+            .map(|(n, d)| format!("{n} {:?}", d / 100))
+            .collect();
+        let (wall, cpu) = (sys::monotonic_ns(), sys::process_cpu_ns());
+        let share = 100.0 * cpu.saturating_sub(self.since.1) as f64
+            / wall.saturating_sub(self.since.0).max(1) as f64;
+        eprintln!(
+            "wedgeprobe daemon: per tick over the last 100 (CPU): discover {:?}, engine tick {:?}, log+metrics {:?} (poll: {}); records read {}; process {share:.2}% of a core",
+            per_tick(self.parts[0]),
+            per_tick(self.parts[1]),
+            per_tick(self.parts[2]),
+            poll.join(", "),
+            std::mem::take(&mut collector.records_read) / 100,
+        );
+        self.parts = [0; 3];
+        self.since = (wall, cpu);
     }
 }
 

@@ -8,6 +8,12 @@
 //! (two events each with the shim), so under that load the count bound wins and the dump
 //! covers less than N seconds; the events evicted early are counted and the dump says how
 //! many seconds it really holds.
+//!
+//! The daemon holds no journal launches or completions here: a dump takes the incident
+//! process's from its journal ring (`Collector::ring_events`, up to `max_events` of the last
+//! N seconds), which the shim keeps anyway and which stops moving when the process wedges.
+//! One node-wide recorder let busy neighbours evict a wedged process's own launches before
+//! its wedge was declared, and copying every record into it was most of the daemon's CPU.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -105,6 +111,7 @@ impl FlightRecorder {
         observed_ms: f64,
         blocked_after_ms: f64,
         launch_returns: bool,
+        ring: Vec<TraceEvent>,
     ) -> Result<Dump, anyhow::Error> {
         let report = crate::output::report::Report::build(
             model,
@@ -121,6 +128,7 @@ impl FlightRecorder {
             pid,
             now_ns,
             crate::sys::realtime_ns(),
+            ring,
             open,
             names,
             &serde_json::to_value(&report).unwrap_or_default(),
@@ -131,8 +139,9 @@ impl FlightRecorder {
         result
     }
 
-    /// Writes the held events plus `open` (what is still running now) as a gzip Chrome trace,
-    /// and `report_json` beside it.
+    /// Writes the held events, `ring` (what the incident's journal ring holds:
+    /// `Collector::ring_events`) and `open` (what is still running now) as a gzip Chrome
+    /// trace, and `report_json` beside it.
     #[allow(clippy::too_many_arguments)]
     fn write_dump(
         &self,
@@ -140,6 +149,7 @@ impl FlightRecorder {
         pid: u32,
         now_ns: u64,
         real_ns: u64,
+        ring: Vec<TraceEvent>,
         open: Vec<TraceEvent>,
         names: &Names,
         report_json: &serde_json::Value,
@@ -151,7 +161,12 @@ impl FlightRecorder {
         let base = format!("{}-{pid}-{stamp}", sanitize(host));
         let trace_path = self.config.dir.join(format!("{base}.trace.json.gz"));
         let report_path = self.config.dir.join(format!("{base}.report.json"));
-        let mut all: Vec<&TraceEvent> = self.events.iter().chain(open.iter()).collect();
+        let mut all: Vec<&TraceEvent> = self
+            .events
+            .iter()
+            .chain(ring.iter())
+            .chain(open.iter())
+            .collect();
         all.sort_by_key(|e| super::chrome::order(e));
         let mut trace = ChromeTrace::create(&trace_path, now_ns, real_ns)?;
         for e in &all {
@@ -161,7 +176,14 @@ impl FlightRecorder {
         let events = trace.events;
         trace.finish()?;
         write_file(&report_path, report_json)?;
-        let oldest = self.events.front().map_or(now_ns, TraceEvent::ts_ns);
+        let oldest = self
+            .events
+            .front()
+            .into_iter()
+            .chain(ring.first())
+            .map(TraceEvent::ts_ns)
+            .min()
+            .unwrap_or(now_ns);
         Ok(Dump {
             trace: trace_path,
             report: report_path,
