@@ -85,6 +85,8 @@ pub struct Collector {
     phases: [std::time::Duration; PHASES.len()],
     /// Journal ring records read since `WEDGEPROBE_DEBUG_TICK` last took them.
     pub records_read: u64,
+    /// Time the phases of `poll` (`take_phases`; the daemon's `WEDGEPROBE_DEBUG_TICK`).
+    pub timed: bool,
     /// Processes attached with their launches left to the journal (no launch probes).
     launches_by_journal: std::collections::HashSet<u32>,
     /// Processes whose shim stopped recording since the last `take_launch_probe_changes`, with
@@ -109,18 +111,22 @@ const PHASES: [&str; 11] = [
 
 /// Successive intervals of one poll, in this thread's CPU time (wall time counted the
 /// preemptions on a loaded node: 4-6 ms a tick against 1.6 ms of CPU at 16 simulated processes
-/// on 2 cores, 2026-12-06).
-struct Lap(u64);
+/// on 2 cores, 2026-12-06). Timed only when `Collector::timed` (`WEDGEPROBE_DEBUG_TICK`): the
+/// thread CPU clock is a system call, and the ~80 a tick at 16 processes were 7% of the
+/// daemon's samples.
+struct Lap(Option<u64>);
 
 impl Lap {
-    fn start() -> Self {
-        Self(sys::thread_cpu_ns())
+    fn start(timed: bool) -> Self {
+        Self(timed.then(sys::thread_cpu_ns))
     }
 
     fn mark(&mut self, into: &mut std::time::Duration) {
-        let now = sys::thread_cpu_ns();
-        *into += std::time::Duration::from_nanos(now.saturating_sub(self.0));
-        self.0 = now;
+        if let Some(before) = self.0 {
+            let now = sys::thread_cpu_ns();
+            *into += std::time::Duration::from_nanos(now.saturating_sub(before));
+            self.0 = Some(now);
+        }
     }
 }
 
@@ -200,6 +206,7 @@ impl Collector {
             names: HashMap::new(),
             phases: Default::default(),
             records_read: 0,
+            timed: false,
             launches_by_journal: Default::default(),
             launch_probe_changes: Vec::new(),
         })
@@ -314,7 +321,7 @@ impl Collector {
             // of them, and feed the history one run at a time.
             let mut last: Option<(u32, Arc<str>)> = None;
             let mut run: Vec<u64> = Vec::new();
-            let mut lap = Lap::start();
+            let mut lap = Lap::start(self.timed);
             let records = match &self.pump {
                 Some(pump) if pump.has(pid) => {
                     let taken = if only.is_some() {
@@ -550,7 +557,7 @@ impl Collector {
 
     /// One tick: everything the kernel has for us, then the periodic /proc work.
     pub fn poll(&mut self, now_ns: u64) -> Vec<Exited> {
-        let mut lap = Lap::start();
+        let mut lap = Lap::start(self.timed);
         self.drain_events();
         lap.mark(&mut self.phases[0]);
         self.drain_samples(now_ns);
@@ -558,7 +565,7 @@ impl Collector {
         self.read_in_call();
         lap.mark(&mut self.phases[2]);
         self.read_journals(now_ns);
-        let mut lap = Lap::start();
+        let mut lap = Lap::start(self.timed);
         if now_ns.saturating_sub(self.last_offcpu_scan_ns) >= OFFCPU_SCAN_EVERY_NS {
             self.last_offcpu_scan_ns = now_ns;
             self.scan_sleeping_threads(now_ns);

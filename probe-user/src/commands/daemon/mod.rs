@@ -96,6 +96,9 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
     // between: a head found up to 1 s late still has its true age (verdict bounds are
     // seconds), and the scan was two thirds of a tick (BENCHMARKS.md).
     collector.heads_every_ns = HEADS_EVERY_NS;
+    // WEDGEPROBE_DEBUG_TICK=1: where a tick's time goes, every 100 ticks on stderr.
+    let debug = std::env::var_os("WEDGEPROBE_DEBUG_TICK").map(|_| TickDebug::default());
+    collector.timed = debug.is_some();
     signals::install();
     signals::install_reload();
     let links = collector.probe.uprobe_links();
@@ -133,8 +136,7 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
         shared: snapshot,
         last_scan: 0,
         slow_parts_at: 0,
-        // WEDGEPROBE_DEBUG_TICK=1: where a tick's time goes, every 100 ticks on stderr.
-        debug: std::env::var_os("WEDGEPROBE_DEBUG_TICK").map(|_| TickDebug::default()),
+        debug,
         injections: Injections::default(),
     };
     loop {
@@ -145,11 +147,13 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
         if signals::reload_requested() {
             d.reload(args.config.as_deref());
         }
-        let t0 = sys::thread_cpu_ns();
+        // The thread CPU clock is a system call: read only when asked for.
+        let cpu = |on: bool| if on { sys::thread_cpu_ns() } else { 0 };
+        let t0 = cpu(d.debug.is_some());
         d.discover(now);
-        let t1 = sys::thread_cpu_ns();
+        let t1 = cpu(d.debug.is_some());
         let tick = d.engine.tick(now);
-        let t2 = sys::thread_cpu_ns();
+        let t2 = cpu(d.debug.is_some());
         d.handle(&tick);
         d.publish(&tick);
         d.log.flush();
