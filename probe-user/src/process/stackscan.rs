@@ -328,6 +328,44 @@ mod tests {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
+    /// `Fake`, counting the reads of the target's code (each is a process_vm_readv).
+    struct Counting {
+        fake: Fake,
+        reads: std::cell::Cell<u32>,
+    }
+    impl CodeView for Counting {
+        fn entry_point_at(&self, a: u64) -> Option<u32> {
+            self.fake.entry_point_at(a)
+        }
+        fn in_libcuda(&self, a: u64) -> bool {
+            self.fake.in_libcuda(a)
+        }
+        fn in_code(&self, a: u64) -> bool {
+            self.fake.in_code(a)
+        }
+        fn in_runtime(&self, a: u64) -> bool {
+            self.fake.in_runtime(a)
+        }
+        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+            self.reads.set(self.reads.get() + 1);
+            self.fake.read(addr, buf)
+        }
+    }
+
+    #[test]
+    fn a_sample_outside_libcuda_is_settled_by_its_first_application_frame() {
+        // A busy Python thread: ip in the app, 200 application return addresses on its
+        // stack. Its first frame outside the runtime is the app's, so it is in no driver call
+        // — told by one read of the target's code, not 200.
+        let code = Counting {
+            fake: Fake::new(),
+            reads: Default::default(),
+        };
+        let words: Vec<u64> = (0..200).map(|i| 0x10050 + 0x100 * i).collect();
+        assert_eq!(entry_point(0x10100, &stack(&words), &code), None);
+        assert!(code.reads.get() <= 2, "{} reads", code.reads.get());
+    }
+
     #[test]
     fn launch_spinning_in_sched_yield_is_found() {
         // ip in libc's sched_yield; internal libcuda frame; cuLaunchKernel's body; the app.
