@@ -228,11 +228,17 @@ mod tests {
         });
         let tid = rx.recv().unwrap();
         let a = thread_cpu_ns(tid).expect("readable");
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let b = thread_cpu_ns(tid).expect("readable");
+        // The spinner's clock passes 50 ms while this thread sleeps (whose own clock would
+        // not move). Waited for rather than timed: on a loaded machine (load 20 on 2 cores,
+        // 2026-12-06) 300 ms of wall time gave the spinner less than 50 ms of CPU.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut b = a;
+        while b - a <= 50_000_000 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            b = thread_cpu_ns(tid).expect("readable");
+        }
         stop.store(true, Relaxed);
         h.join().unwrap();
-        // The spinner ran (on a 2-core machine, at least a share of the 300 ms).
         assert!(b - a > 50_000_000, "{}", b - a);
         // Tids stay under pid_max (at most 2^22): no thread has this one.
         assert_eq!(thread_cpu_ns(4_194_303), None, "no such thread");
