@@ -104,9 +104,9 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
     let mut next_sample = t0;
     let (mut cpu_last, mut t_last) = (usage(pid).0, Instant::now());
     println!(
-        "| minute | started | alive | RSS MiB | fds | threads | links | hash-map entries | scrape series | daemon tables' entries / flight events | CPU % of a core (since last) |"
+        "| minute | started | alive | RSS MiB | of it its own (anon) / the journals' and files' pages | fds | threads | links | hash-map entries | scrape series | daemon tables' entries / flight events | CPU % of a core (since last) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut first_row = None;
     let mut last_row = None;
     while t0.elapsed() < total {
@@ -122,6 +122,9 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
         }
         if Instant::now() >= next_sample {
             let (cpu, rss) = usage(pid);
+            // RSS counts the alive processes' journal pages the daemon has touched (shared
+            // memfd pages): what grows must be told apart from its own heap.
+            let (anon, mapped) = crate::bench::rss_parts(pid);
             let pct = 100.0 * (cpu - cpu_last) / t_last.elapsed().as_secs_f64().max(1e-3);
             (cpu_last, t_last) = (cpu, Instant::now());
             let maps = held::hash_map_entries(pid);
@@ -141,10 +144,12 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
                 series,
             );
             println!(
-                "| {:.0} | {started} | {} | {} | {} | {} | {} | {} ({}) | {} | {tables} / {flight} | {pct:.2} |",
+                "| {:.0} | {started} | {} | {} | {} / {} | {} | {} | {} | {} ({}) | {} | {tables} / {flight} | {pct:.2} |",
                 t0.elapsed().as_secs_f64() / 60.0,
                 live.len(),
                 row.0,
+                anon >> 20,
+                mapped >> 20,
                 row.1,
                 row.2,
                 row.3,

@@ -367,7 +367,7 @@ impl Probe {
                     scope,
                 )
                 .map_err(|e| {
-                    if !target.alive() {
+                    if exited_or_exiting(target) {
                         ProbeError::TargetExited { pid: target.pid }
                     } else {
                         let symbols: Vec<&str> = chosen.iter().map(|(ep, _)| ep.symbol).collect();
@@ -523,4 +523,19 @@ fn privilege_or(e: anyhow::Error, what: &str) -> ProbeError {
     } else {
         ProbeError::Other(e.context(what.to_string()))
     }
+}
+
+/// Whether a link's failure is the target's exit: gone, or in its exit already. A process-wide
+/// uprobe link is refused (ENOENT) once the process has begun exiting, before its pidfd says
+/// it ended — `target_exits_during_attach` (`cargo xtask test` here, 2026-12-06) got "failed to attach
+/// uprobes …: No such file or directory" for a target a few milliseconds from gone. The exit
+/// is given 200 ms to show (an error path only).
+fn exited_or_exiting(target: &Target) -> bool {
+    for _ in 0..20 {
+        if !target.alive() || crate::process::target::exiting(target.pid) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
 }
