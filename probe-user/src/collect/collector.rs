@@ -372,13 +372,7 @@ impl Collector {
                             self.model.history.record_all(pid, n, &run);
                             run.clear();
                         }
-                        let n = self
-                            .names
-                            .entry((pid, r.name_id))
-                            .or_insert_with(|| {
-                                Arc::from(view.name(r.name_id).unwrap_or_else(|| "?".into()))
-                            })
-                            .clone();
+                        let n = journal_name(&mut self.names, pid, view, r.name_id);
                         last = Some((r.name_id, n.clone()));
                         n
                     }
@@ -526,13 +520,7 @@ impl Collector {
         kept[skip..]
             .iter()
             .map(|&&r| {
-                let name = self
-                    .names
-                    .entry((pid, r.name_id))
-                    .or_insert_with(|| {
-                        Arc::from(view.name(r.name_id).unwrap_or_else(|| "?".into()))
-                    })
-                    .clone();
+                let name = journal_name(&mut self.names, pid, view, r.name_id);
                 let mut r = r;
                 r.tid = tids.host(r.tid, now_ns);
                 trace_event(pid, &r, name)
@@ -946,6 +934,20 @@ impl Collector {
 }
 
 /// A journal launch or completion as a trace event.
+/// The kernel name of `name_id` in `pid`'s journal, read once (a name slot never changes once
+/// written) and kept in `names`.
+fn journal_name(
+    names: &mut HashMap<(u32, u32), Arc<str>>,
+    pid: u32,
+    view: &crate::journal::JournalView,
+    name_id: u32,
+) -> Arc<str> {
+    names
+        .entry((pid, name_id))
+        .or_insert_with(|| Arc::from(view.name(name_id).unwrap_or_else(|| "?".into())))
+        .clone()
+}
+
 fn trace_event(pid: u32, r: &RingRecord, kernel: Arc<str>) -> TraceEvent {
     if r.kind == RECORD_LAUNCH {
         return TraceEvent::Launch(event::Launch {
