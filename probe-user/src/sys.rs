@@ -75,6 +75,34 @@ impl Mapping {
     pub fn as_ptr(&self) -> *mut u8 {
         self.base.cast()
     }
+
+    /// Lets go of the resident pages of `off..off + len` (the whole pages inside it): the file
+    /// keeps its content — the mapping is shared — and a later read maps the page again.
+    /// What this process mapped of another's file counts in its RSS (and its OOM score) for
+    /// as long as it stays mapped.
+    pub fn release(&self, off: usize, len: usize) -> io::Result<()> {
+        let page = page_size() as usize;
+        let end = off.saturating_add(len).min(self.len) / page * page;
+        let start = off.div_ceil(page) * page;
+        if start >= end {
+            return Ok(());
+        }
+        // SAFETY: a page-aligned range inside our own shared mapping; MADV_DONTNEED on a
+        // shared mapping drops only this process's page-table entries, never the file's data,
+        // and nothing of ours holds a reference into those pages across this call (reads go
+        // through `JournalView`'s loads, which fault the page in again).
+        let rc = unsafe {
+            libc::madvise(
+                self.base.cast::<u8>().add(start).cast(),
+                end - start,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Mapping {
@@ -82,6 +110,21 @@ impl Drop for Mapping {
         // SAFETY: our own mapping, unmapped once.
         unsafe { libc::munmap(self.base, self.len) };
     }
+}
+
+/// The C heap's bytes handed out (`uordblks` + `hblkhd`) and free inside its arenas
+/// (`fordblks`), over every arena (glibc's mallinfo2): a structure that grows shows in the
+/// first, a fragmented heap in the second. It locks each arena: for `WEDGEPROBE_DEBUG_TICK`
+/// lines, not for every tick. None off glibc.
+pub fn heap_bytes() -> Option<(u64, u64)> {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: mallinfo2 has no preconditions.
+        let m = unsafe { libc::mallinfo2() };
+        Some(((m.uordblks + m.hblkhd) as u64, m.fordblks as u64))
+    }
+    #[cfg(not(target_env = "gnu"))]
+    None
 }
 
 /// Whether a raw OS error number is EPERM (the kernel refused for lack of privilege).

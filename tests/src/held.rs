@@ -101,3 +101,62 @@ pub fn open_fds(pid: u32) -> usize {
 pub fn threads(pid: u32) -> usize {
     fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
+
+/// The inode of the first of `pid`'s mappings whose /proc/PID/maps line contains `needle`.
+pub fn mapped_inode(pid: u32, needle: &str) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/maps"))
+        .ok()?
+        .lines()
+        .find(|l| l.contains(needle))?
+        .split_whitespace()
+        .nth(4)?
+        .parse()
+        .ok()
+}
+
+/// Bytes resident in `pid`'s page tables of `from..to` (bytes from each start) of every
+/// mapping of file `inode`, one figure per mapping (the present bit of /proc/PID/pagemap,
+/// readable by root): what of another process's file a reader keeps mapped.
+pub fn resident_in_mappings(pid: u32, inode: u64, from: u64, to: u64) -> Vec<u64> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let page = 4096u64;
+    let (Ok(maps), Ok(mut pagemap)) = (
+        fs::read_to_string(format!("/proc/{pid}/maps")),
+        fs::File::open(format!("/proc/{pid}/pagemap")),
+    ) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let of_inode = |l: &&str| l.split_whitespace().nth(4) == Some(inode.to_string().as_str());
+    for line in maps.lines().filter(of_inode) {
+        let Some((start, end)) = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| {
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                ))
+            })
+        else {
+            continue;
+        };
+        let (lo, hi) = ((start + from).min(end), (start + to).min(end));
+        let pages = (hi.saturating_sub(lo) / page) as usize;
+        let mut entries = vec![0u8; pages * 8];
+        if pagemap.seek(SeekFrom::Start(lo / page * 8)).is_err()
+            || pagemap.read_exact(&mut entries).is_err()
+        {
+            continue;
+        }
+        let present = entries
+            .as_chunks::<8>()
+            .0
+            .iter()
+            .filter(|e| u64::from_le_bytes(**e) >> 63 == 1)
+            .count() as u64;
+        out.push(present * page);
+    }
+    out
+}

@@ -71,6 +71,11 @@ enum What {
         /// processes and settles their threads first).
         #[arg(long, default_value_t = 10)]
         warmup: u64,
+        /// Another build's `wedgeprobe` to measure instead of this one (the same workers and
+        /// shim): run in turns with this build's, for a comparison the machine's drift
+        /// does not decide.
+        #[arg(long)]
+        wedgeprobe: Option<std::path::PathBuf>,
     },
     /// The daemon through an hour of processes starting and exiting (a wedge now and then):
     /// what it holds, sampled as it goes, must stay flat.
@@ -91,6 +96,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             pace_us,
             hold,
             warmup,
+            wedgeprobe,
         }) => {
             return daemon_bounds(
                 *procs,
@@ -101,6 +107,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     pace_us: *pace_us,
                     hold: *hold,
                     warmup: *warmup,
+                    wedgeprobe: wedgeprobe.clone(),
                 },
             );
         }
@@ -340,6 +347,16 @@ pub(crate) fn usage(pid: u32) -> (f64, u64) {
     (cpu / ticks.max(1) as f64, rss * page.max(1) as u64)
 }
 
+/// `pid`'s minor page faults so far (/proc/PID/stat's tenth field): a reader that lets go
+/// of pages it mapped pays one each time it reads such a page again.
+fn minor_faults(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which may hold spaces: state is the third field.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(7)?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// `pid`'s resident memory by kind, bytes: its own (anonymous) and mapped files and shared
 /// memory (for the daemon: mostly the journals it reads, pages of its targets' /dev/shm files
 /// that exist whether it reads them or not), from /proc/PID/status.
@@ -362,6 +379,7 @@ struct Load {
     pace_us: u32,
     hold: u64,
     warmup: u64,
+    wedgeprobe: Option<std::path::PathBuf>,
 }
 
 /// `wedgeprobe daemon --config CFG`, its stdout dropped, its stderr as asked (the churn bench
@@ -406,7 +424,8 @@ pub(crate) fn daemon_setup(
 }
 
 fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::Result<()> {
-    let (wedgeprobe, shim, cfg) = daemon_setup("daemon", extra)?;
+    let (built, shim, cfg) = daemon_setup("daemon", extra)?;
+    let wedgeprobe = load.wedgeprobe.clone().unwrap_or(built);
     let mut workers = Vec::new();
     for _ in 0..procs {
         workers.push(
@@ -429,12 +448,14 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
     // a few more (two /proc scans each); then steady state.
     sleep(Duration::from_secs(load.warmup));
     let (cpu0, _) = usage(pid);
+    let faults0 = minor_faults(pid);
     let mut max_rss = 0;
     for _ in 0..seconds {
         sleep(Duration::from_secs(1));
         max_rss = max_rss.max(usage(pid).1);
     }
     let (cpu1, rss) = usage(pid);
+    let faults_per_s = minor_faults(pid).saturating_sub(faults0) as f64 / seconds as f64;
     let (anon, mapped) = rss_parts(pid);
     if load.hold > 0 {
         println!("daemon pid {pid}: held for {} s", load.hold);
@@ -452,11 +473,11 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
     let core_pct = 100.0 * (cpu1 - cpu0) / seconds as f64;
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
-        "| processes | idle threads each | pace µs | seconds | daemon CPU (% of one core) | RSS at end MiB | of it its own (anon) | of it mapped journals and files | max RSS MiB | SIGTERM to exit s |"
+        "| processes | idle threads each | pace µs | seconds | daemon CPU (% of one core) | RSS at end MiB | of it its own (anon) | of it mapped journals and files | max RSS MiB | page faults a second | SIGTERM to exit s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {procs} | {} | {} | {seconds} | {core_pct:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {stop_s:.1} |",
+        "| {procs} | {} | {} | {seconds} | {core_pct:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {faults_per_s:.0} | {stop_s:.1} |",
         load.idle_threads,
         load.pace_us,
         mib(rss),

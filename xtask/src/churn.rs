@@ -104,9 +104,9 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
     let mut next_sample = t0;
     let (mut cpu_last, mut t_last) = (usage(pid).0, Instant::now());
     println!(
-        "| minute | started | alive | RSS MiB | of it its own (anon) / the journals' and files' pages | fds | threads | links | hash-map entries | scrape series | daemon tables' entries / flight events | CPU % of a core (since last) |"
+        "| minute | started | alive | RSS MiB | of it its own (anon) / the journals' and files' pages | C heap in use / free in its arenas MiB | fds | threads | links | hash-map entries | scrape series | daemon tables' entries / flight events | CPU % of a core (since last) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut first_row = None;
     let mut last_row = None;
     while t0.elapsed() < total {
@@ -135,6 +135,7 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
                 .filter(|l| !l.starts_with('#') && !l.is_empty())
                 .count();
             let (tables, flight) = state_entries(&text);
+            let (heap_used, heap_free) = heap(&text);
             let row = (
                 rss >> 20,
                 held::open_fds(pid),
@@ -144,12 +145,14 @@ pub fn run(c: &Churn) -> anyhow::Result<()> {
                 series,
             );
             println!(
-                "| {:.0} | {started} | {} | {} | {} / {} | {} | {} | {} | {} ({}) | {} | {tables} / {flight} | {pct:.2} |",
+                "| {:.0} | {started} | {} | {} | {} / {} | {:.1} / {:.1} | {} | {} | {} | {} ({}) | {} | {tables} / {flight} | {pct:.2} |",
                 t0.elapsed().as_secs_f64() / 60.0,
                 live.len(),
                 row.0,
                 anon >> 20,
                 mapped >> 20,
+                heap_used as f64 / (1u64 << 20) as f64,
+                heap_free as f64 / (1u64 << 20) as f64,
                 row.1,
                 row.2,
                 row.3,
@@ -248,6 +251,19 @@ fn state_entries(text: &str) -> (u64, u64) {
         }
     }
     out
+}
+
+/// The daemon's C heap from its scrape, bytes: (in use, free in its arenas).
+fn heap(text: &str) -> (u64, u64) {
+    let part = |name: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!("wedgeprobe_daemon_heap_bytes{{part=\"{name}\"}} "))
+            })
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (part("in_use"), part("free"))
 }
 
 /// The daemon's /metrics, plain text.

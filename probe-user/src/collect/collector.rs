@@ -78,6 +78,9 @@ pub struct Collector {
     /// The in-flight tables are scanned at most this often (0: every poll; the daemon sets
     /// it, see `JournalCursor::heads_every`).
     pub heads_every_ns: u64,
+    /// Each journal's ring pages are let go at most this often (0: never; the daemon sets it,
+    /// see `MappedJournal::release_ring_every`).
+    pub release_ring_every_ns: u64,
     /// Kernel names read from journals, by (pid, name id): a name slot never changes once
     /// written, and a trace names every kernel event.
     names: HashMap<(u32, u32), Arc<str>>,
@@ -202,6 +205,7 @@ impl Collector {
             tap_journal_records: true,
             max_records_per_poll: u64::MAX,
             heads_every_ns: 0,
+            release_ring_every_ns: 0,
             scanned_at: HashMap::new(),
             names: HashMap::new(),
             phases: Default::default(),
@@ -345,6 +349,7 @@ impl Collector {
                 }
                 _ => cursor.advance_at_most(view, self.max_records_per_poll),
             };
+            journal.release_ring_every(now_ns, self.release_ring_every_ns);
             if only.is_some() {
                 // The process exited: its streams' counts are final.
                 cursor.stream_losses.settle(&view.stream_counts());

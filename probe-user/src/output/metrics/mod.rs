@@ -35,6 +35,8 @@ pub struct Snapshot {
     pub blocked_after_seconds: f64,
     pub cpu_seconds: f64,
     pub rss_bytes: u64,
+    /// The C heap: ("in_use", bytes handed out), ("free", bytes free inside its arenas).
+    pub heap_bytes: Vec<(&'static str, u64)>,
     /// Per job with a culprit: (job, rank, pid, kernel).
     pub culprits: Vec<(String, u32, u32, String)>,
     /// Entries of each of the daemon's per-process and per-thread tables (`Engine::state_entries`).
@@ -473,6 +475,18 @@ fn the_daemon(s: &Snapshot, e: &mut DescriptorEncoder) -> fmt::Result {
         "process_resident_memory_bytes",
         "wedgeprobe's own resident memory.",
         &[(vec![], s.rss_bytes)],
+    )?;
+    let rows: Vec<_> = s
+        .heap_bytes
+        .iter()
+        .map(|(part, n)| (vec![("part", (*part).to_string())], *n))
+        .collect();
+    gauge(
+        e,
+        "wedgeprobe_daemon_heap_bytes",
+        "The daemon's C heap over every arena (glibc mallinfo2): in_use, bytes handed out (a \
+         structure that grows shows here); free, bytes free inside the arenas (fragmentation).",
+        &rows,
     )?;
     Ok(())
 }
