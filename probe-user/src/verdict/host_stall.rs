@@ -139,11 +139,12 @@ type PythonStacks = HashMap<u32, Vec<String>>;
 /// How long a busy thread's stack must read the same before it counts as spinning (above).
 pub const SPIN_CONFIRM_NS: u64 = 800_000_000;
 
-/// Symbolized stacks by (pid, tid, sample time), Python stacks by (pid, newest sample time):
+/// Symbolized stacks by (pid, tid, sample time), Python stacks by (pid, evaluation time):
 /// `find` runs every tick while a stall lasts (watch, the daemon), and a sample changes at
-/// most a few times a second; validating return addresses reads the target, symbolizing
-/// parses its ELF files and a Python stack walks its interpreter's frames, so each sample is
-/// done once. Owned by the verdict pipeline.
+/// most a few times a second; validating return addresses reads the target and symbolizing
+/// parses its ELF files, so each sample is done once; a Python stack walks its interpreter's
+/// frames, once per process and evaluation (each is a reading: `find`). Owned by the verdict
+/// pipeline.
 #[derive(Default)]
 pub struct StackCache {
     native: HashMap<(u32, u32, u64), Vec<String>>,
@@ -330,14 +331,13 @@ pub fn find(
             .collect();
         if !threads.is_empty() {
             // The Python frames say where a CPython spinner is in the user's code (the native
-            // frames of the interpreter loop do not): read once per process and sample.
-            let newest = p
-                .threads
-                .values()
-                .filter_map(|t| t.last_sample.as_ref().map(|(at, ..)| *at))
-                .max()
-                .unwrap_or(0);
-            if let Some(py) = stacks.python(pid, newest) {
+            // frames of the interpreter loop do not): read once per process and evaluation,
+            // each read a reading of its own (at `now_ns`). Read once per native sample
+            // instead (~5 a second here), a model build of six steps repeating every 0.46 s
+            // was read in init_mlp at every reading for 0.8 s — its two calls of it are half a
+            // cycle apart — and called a host stall (a_process_busy_building_its_model_is_not_a_
+            // host_stall: 2 of 5 runs, 2026-12-07). Layers initialised alike repeat so too.
+            if let Some(py) = stacks.python(pid, now_ns) {
                 for t in &mut threads {
                     t.python_stack = py.get(&t.tid).cloned();
                 }
@@ -350,8 +350,13 @@ pub fn find(
                     .and_then(|s| s.last_sample.as_ref().map(|(at, ..)| *at))
                     .unwrap_or(0);
                 let sig = signature(t);
+                // A Python stack was read now; a native one is the sample's.
+                let reading_at = match &sig {
+                    Some(Signature::Python(_)) => now_ns.max(sample_at),
+                    _ => sample_at,
+                };
                 let old = stacks.same_since.remove(&(pid, t.tid));
-                let compared = compare_sample(old, sig, sample_at);
+                let compared = compare_sample(old, sig, reading_at);
                 t.same_stack_ms = compared.2.saturating_sub(compared.1) as f64 / 1e6;
                 // No sample yet (time 0): not watched at all.
                 let watched = if compared.2 == 0 {
