@@ -127,6 +127,16 @@ pub fn heap_bytes() -> Option<(u64, u64)> {
     None
 }
 
+/// Gives the C heap's free pages back to the kernel (glibc's malloc_trim: every arena, free
+/// pages inside them too, not only the top); nothing off glibc.
+pub fn trim_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only releases memory malloc holds free.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Whether a raw OS error number is EPERM (the kernel refused for lack of privilege).
 pub fn is_eperm(errno: i32) -> bool {
     errno == libc::EPERM

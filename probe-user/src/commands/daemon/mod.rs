@@ -42,6 +42,8 @@ const RELEASE_RING_EVERY_NS: u64 = 1_000_000_000;
 const HEADS_EVERY_NS: u64 = 1_000_000_000;
 /// The metrics snapshot's histograms, own usage and table sizes are recomputed this often.
 const SLOW_PARTS_EVERY_NS: u64 = 1_000_000_000;
+/// The C heap's free pages are given back this often (see `Daemon::publish`).
+const TRIM_HEAP_EVERY_NS: u64 = 60_000_000_000;
 /// Track names (for dumps) are refreshed this often (`Engine::names_every_ns`).
 const NAMES_EVERY_NS: u64 = 1_000_000_000;
 
@@ -148,6 +150,7 @@ pub fn run(args: &DaemonArgs) -> Result<(), Error> {
         shared: snapshot,
         last_scan: 0,
         slow_parts_at: 0,
+        heap_trimmed_at: 0,
         debug,
         injections: Injections::default(),
     };
@@ -195,6 +198,8 @@ struct Daemon {
     last_scan: u64,
     /// When the snapshot's slow parts were last computed (`publish`).
     slow_parts_at: u64,
+    /// When the C heap's free pages were last given back.
+    heap_trimmed_at: u64,
     debug: Option<TickDebug>,
     injections: Injections,
 }
@@ -531,6 +536,14 @@ impl Daemon {
                 .finished_calls()
                 .map(|(api, l)| (api, Hist::from_hdr(&l.ns)))
                 .collect();
+            // Processes come and go, and what the daemon allocated for each is freed between
+            // what the live ones hold: glibc keeps those free pages. The churn bench (16 alive,
+            // one new every 3 s) read the heap in use flat at 12.6-12.9 MiB and its free part
+            // 3.1 -> 5.7 MiB in 13 minutes, the RSS's own part 15 -> 18 MiB (2026-12-07).
+            if now.saturating_sub(self.heap_trimmed_at) >= TRIM_HEAP_EVERY_NS {
+                self.heap_trimmed_at = now;
+                sys::trim_heap();
+            }
             (snap.cpu_seconds, snap.rss_bytes) = metrics::own_usage();
             snap.heap_bytes = sys::heap_bytes()
                 .map(|(used, free)| vec![("in_use", used), ("free", free)])
