@@ -442,7 +442,12 @@ fn daemon_bounds(procs: u32, seconds: u64, extra: &str, load: Load) -> anyhow::R
                 .spawn()?,
         );
     }
-    let mut daemon = spawn_daemon(&wedgeprobe, &cfg, Stdio::null())?;
+    // WEDGEPROBE_DEBUG_TICK=1 asks the daemon where a tick's time goes: let its stderr through.
+    let daemon_stderr = match std::env::var_os("WEDGEPROBE_DEBUG_TICK") {
+        Some(_) => Stdio::inherit(),
+        None => Stdio::null(),
+    };
+    let mut daemon = spawn_daemon(&wedgeprobe, &cfg, daemon_stderr)?;
     let pid = daemon.id();
     // Attaching takes a few seconds (uprobes), settling the threads that existed at attach
     // a few more (two /proc scans each); then steady state.

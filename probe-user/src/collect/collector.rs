@@ -712,7 +712,7 @@ impl Collector {
                     })
                 })
                 .collect();
-            idle.extend(p.threads.iter().filter_map(|(&tid, t)| {
+            idle.extend(p.maybe_in_calls().filter_map(|(tid, t)| {
                 t.uprobe_call
                     .as_ref()
                     .is_some_and(|c| c.open_ended())

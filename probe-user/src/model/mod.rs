@@ -8,7 +8,7 @@ pub mod event;
 pub mod history;
 pub mod kernels;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use hdrhistogram::Histogram;
 use probe_common::{CALL_OPEN_ENDED, CallDone, InCall, api};
@@ -386,6 +386,33 @@ pub struct ProcessState {
     /// Bumped when a thread is added or renamed: `Names::update` copies only processes whose
     /// names changed since it last looked.
     pub names_version: u64,
+    /// The threads that may be in a call (probes', journal's or a stack scan's): every place
+    /// that sets one adds its thread, and `trim_may_call` drops those found in none. The
+    /// passes over calls made every tick visit these, not every thread: a process has ~60
+    /// threads and a handful in calls, and five passes over all of them each tick were
+    /// processes × threads of work for the daemon (issue 34).
+    pub may_call: BTreeSet<u32>,
+    /// A CPU reading was taken since the last `clear_cpu` (nothing to clear otherwise).
+    pub cpu_read: bool,
+}
+
+impl ProcessState {
+    /// Drops from `may_call` the threads in no call (and those gone).
+    fn trim_may_call(&mut self) {
+        let threads = &self.threads;
+        self.may_call.retain(|tid| {
+            threads.get(tid).is_some_and(|t| {
+                t.uprobe_call.is_some() || t.journal_call.is_some() || t.scanned_call.is_some()
+            })
+        });
+    }
+
+    /// The threads of `may_call`, with their state.
+    pub fn maybe_in_calls(&self) -> impl Iterator<Item = (u32, &ThreadState)> {
+        self.may_call
+            .iter()
+            .filter_map(|tid| self.threads.get(tid).map(|t| (*tid, t)))
+    }
 }
 
 /// Latency of finished calls of one entry point.
@@ -411,6 +438,9 @@ pub struct Model {
     pub history: crate::model::history::History,
     /// `WEDGEPROBE_DEBUG_SCAN` is set: print every stack scan (read once, not per sample).
     debug_scan: bool,
+    /// Thread states visited by the passes over calls and CPU made every tick or second
+    /// (`WEDGEPROBE_DEBUG_TICK`; what `may_call` bounds).
+    pub thread_visits: std::cell::Cell<u64>,
 }
 
 /// A shim journal's state, as reports spell it: `recording`, `shim_off`, `released`, or
@@ -588,7 +618,12 @@ impl Model {
             journals: HashMap::new(),
             history: Default::default(),
             debug_scan: std::env::var_os("WEDGEPROBE_DEBUG_SCAN").is_some(),
+            thread_visits: Default::default(),
         }
+    }
+
+    fn visited(&self, n: usize) {
+        self.thread_visits.set(self.thread_visits.get() + n as u64);
     }
 
     pub fn add_process(&mut self, target: Target, code: TargetCode, now_ns: u64) {
@@ -607,6 +642,8 @@ impl Model {
                 last_gpu_done_ns: 0,
                 threads_listed: (0, 0),
                 names_version: 0,
+                may_call: BTreeSet::new(),
+                cpu_read: false,
             },
         );
     }
@@ -709,6 +746,9 @@ impl Model {
             return inside;
         }
         t.scanned(found, attached, now_ns);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.may_call.insert(tid);
+        }
         inside
     }
 
@@ -716,11 +756,18 @@ impl Model {
     /// begin.
     pub fn set_in_call(&mut self, entries: &[(u32, InCall)]) {
         for p in self.procs.values_mut() {
-            for t in p.threads.values_mut() {
-                t.uprobe_call = None;
+            self.thread_visits
+                .set(self.thread_visits.get() + p.may_call.len() as u64);
+            for tid in &p.may_call {
+                if let Some(t) = p.threads.get_mut(tid) {
+                    t.uprobe_call = None;
+                }
             }
         }
         for (tid, call) in entries {
+            if let Some(p) = self.procs.get_mut(&call.tgid) {
+                p.may_call.insert(*tid);
+            }
             if let Some(t) = self.thread(call.tgid, *tid) {
                 t.uprobe_call = Some(CurrentCall {
                     api: call.api,
@@ -733,6 +780,9 @@ impl Model {
                 t.scanned_call = None;
                 t.traced = true;
             }
+        }
+        for p in self.procs.values_mut() {
+            p.trim_may_call();
         }
     }
 
@@ -750,7 +800,12 @@ impl Model {
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
-        for (&tid, t) in p.threads.iter_mut() {
+        self.thread_visits
+            .set(self.thread_visits.get() + p.may_call.len() as u64);
+        for &tid in &p.may_call {
+            let Some(t) = p.threads.get_mut(&tid) else {
+                continue;
+            };
             if !calls.iter().any(|c| c.tid == tid) {
                 t.journal_call = None;
                 // The shim sees every launch, synchronize and copy: a stack scan that put
@@ -772,6 +827,7 @@ impl Model {
             // a call every tick, it was 11% of the daemon's CPU at 64 processes).
             let target = &p.target;
             let names = &mut p.names_version;
+            p.may_call.insert(c.tid);
             let t = p.threads.entry(c.tid).or_insert_with(|| {
                 *names += 1;
                 ThreadState {
@@ -795,6 +851,7 @@ impl Model {
             }
             t.refine_scan(c.api, c.since_ns);
         }
+        p.trim_may_call();
     }
 
     pub fn set_yields(&mut self, pid: u32, tid: u32, total: u64, now_ns: u64) {
@@ -811,13 +868,13 @@ impl Model {
     /// call seen by both probes carries its own count). Reading every thread's cost one map
     /// lookup per thread per tick — ~60 threads per PyTorch process.
     pub fn threads_needing_yields(&self) -> Vec<(u32, u32)> {
+        self.visited(self.procs.values().map(|p| p.may_call.len()).sum());
         self.procs
             .iter()
             .flat_map(|(&pid, p)| {
-                p.threads
-                    .iter()
+                p.maybe_in_calls()
                     .filter(|(_, t)| t.journal_call.is_some() || t.scanned_call.is_some())
-                    .map(move |(&tid, _)| (pid, tid))
+                    .map(move |(tid, _)| (pid, tid))
             })
             .collect()
     }
@@ -853,7 +910,8 @@ impl Model {
                 .get(&pid)
                 .is_some_and(|j| j.status == JournalStatus::Recording);
             let moving = recording && now_ns.saturating_sub(p.last_progress_ns) < 1_000_000_000;
-            for (&tid, t) in &p.threads {
+            self.visited(p.may_call.len());
+            for (tid, t) in p.maybe_in_calls() {
                 let Some(c) = t.current(now_ns) else { continue };
                 if !believed(c, recording, moving) {
                     continue;
@@ -981,6 +1039,9 @@ impl Model {
 
     /// Per-thread CPU use, read from /proc once a second.
     pub fn set_cpu(&mut self, pid: u32, tid: u32, cpu: CpuTime, now_ns: u64) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.cpu_read = true;
+        }
         if let Some(t) = self.thread(pid, tid) {
             t.cpu_reading(cpu, now_ns);
         }
@@ -1014,7 +1075,11 @@ impl Model {
     /// GPU work moves again: per-thread CPU is not read meanwhile, and a later reading starts
     /// afresh (no thread is busy "since" before the pause).
     pub fn clear_cpu(&mut self, pid: u32) {
-        if let Some(p) = self.procs.get_mut(&pid) {
+        if let Some(p) = self.procs.get_mut(&pid)
+            && std::mem::take(&mut p.cpu_read)
+        {
+            self.thread_visits
+                .set(self.thread_visits.get() + p.threads.len() as u64);
             for t in p.threads.values_mut() {
                 t.cpu_last = None;
                 t.cpu_pct = 0.0;
@@ -1046,6 +1111,52 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 34: a tick's passes over calls visit the threads in calls, not every thread —
+    /// 64 processes of 61 threads made five passes over ~3,900 thread states a tick.
+    #[test]
+    fn a_tick_visits_the_threads_in_calls_not_every_thread() {
+        let pid = std::process::id();
+        let mut m = Model::new();
+        let target = crate::process::target::Target::for_test(pid);
+        let code = crate::process::code::TargetCode::empty(pid);
+        m.add_process(target, code, 0);
+        let launch = api::id_of("cuLaunchKernel").unwrap();
+        // 300 threads the model knows (a CPU reading of each), one of them in a launch.
+        for tid in 1..=300 {
+            m.set_cpu(pid, tid, CpuTime::default(), 1_000);
+        }
+        m.clear_cpu(pid);
+        let calls = [ThreadInCall {
+            tid: 7,
+            api: launch,
+            since_ns: 5_000,
+            correlation: 1,
+        }];
+        let now = 3_000_000_000;
+        m.set_journal_calls(pid, &calls, now);
+        m.thread_visits.set(0);
+        // One tick's passes, twice: the first after the launch began, the second after it
+        // returned.
+        for calls in [&calls[..], &[]] {
+            m.set_in_call(&[]);
+            m.set_journal_calls(pid, calls, now);
+            m.threads_needing_yields();
+            let in_calls = m.threads_in_calls(now, 1_000_000_000);
+            assert_eq!(
+                in_calls.iter().map(|t| t.tid).collect::<Vec<_>>(),
+                if calls.is_empty() { vec![] } else { vec![7] }
+            );
+            m.clear_cpu(pid);
+        }
+        assert!(
+            m.thread_visits.get() <= 10,
+            "{} thread states visited for one thread in a call among 300",
+            m.thread_visits.get()
+        );
+        // The thread's call ended: it is no longer among those visited.
+        assert!(m.procs[&pid].may_call.is_empty());
+    }
 
     const MS: u64 = 1_000_000;
 

@@ -29,6 +29,19 @@ pub struct TargetCode {
 }
 
 impl TargetCode {
+    /// No code known (the model's unit tests).
+    #[cfg(test)]
+    pub fn empty(pid: u32) -> Self {
+        Self {
+            pid,
+            entry_points: Vec::new(),
+            libcuda_code: Vec::new(),
+            runtime_code: Vec::new(),
+            code: Vec::new(),
+            read_cache: RefCell::default(),
+        }
+    }
+
     pub fn new(target: &Target, lib: &LibCuda) -> Self {
         let mut entry_points: Vec<(u64, u64, u32)> = lib
             .waits

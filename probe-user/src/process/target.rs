@@ -47,6 +47,22 @@ pub struct Target {
 }
 
 impl Target {
+    /// A target of `pid` with no libcuda found (the model's unit tests).
+    #[cfg(test)]
+    pub fn for_test(pid: u32) -> Self {
+        Self {
+            pid,
+            comm: "test".into(),
+            libcuda: String::new(),
+            libcuda_host_path: PathBuf::new(),
+            libcuda_maps: Vec::new(),
+            code_maps: Vec::new(),
+            journal: None,
+            start_ticks: 0,
+            exit_fd: None,
+        }
+    }
+
     /// Checks that `pid` exists and maps libcuda, and records where.
     pub fn open(pid: u32) -> Result<Self, ProbeError> {
         let proc = PathBuf::from(format!("/proc/{pid}"));

@@ -606,12 +606,13 @@ impl TickDebug {
             )
         });
         eprintln!(
-            "wedgeprobe daemon: per tick over the last 100 (CPU): discover {:?}, engine tick {:?}, log+metrics {:?} (poll: {}); records read {}; process {share:.2}% of a core{heap}",
+            "wedgeprobe daemon: per tick over the last 100 (CPU): discover {:?}, engine tick {:?}, log+metrics {:?} (poll: {}); records read {}; thread states visited {}; process {share:.2}% of a core{heap}",
             per_tick(self.parts[0]),
             per_tick(self.parts[1]),
             per_tick(self.parts[2]),
             poll.join(", "),
             std::mem::take(&mut collector.records_read) / 100,
+            collector.model.thread_visits.take() / 100,
         );
         self.parts = [0; 3];
         self.since = (wall, cpu);
