@@ -180,6 +180,16 @@ impl Engine {
                 "flight_events",
                 self.flight.as_ref().map_or(0, |f| f.len() as u64),
             ),
+            (
+                "trace_counter_series",
+                self.ticks.as_ref().map_or(0, |t| t.series_held() as u64),
+            ),
+            (
+                "flight_incidents",
+                self.flight
+                    .as_ref()
+                    .map_or(0, |f| f.incidents_held() as u64),
+            ),
         ]);
         out
     }
@@ -196,6 +206,12 @@ impl Engine {
                 self.collector.forget(gone.pid);
                 self.facts.remove(&gone.pid);
                 self.verdicts.remove(&gone.pid);
+                if let Some(f) = &mut self.flight {
+                    f.forget(gone.pid);
+                }
+                if let Some(t) = &mut self.ticks {
+                    t.forget(gone.pid);
+                }
                 self.gone_at.insert(gone.pid, now_ns);
             }
             events.push(Event::Exited {

@@ -742,7 +742,17 @@ mod ring_release_tests {
 
     #[test]
     fn the_pages_around_the_head_are_kept_wherever_it_is() {
-        for head in [0, 1, K - 1, K, K + 8, LEN / 2, LEN - K, LEN - K + 8, LEN - 1] {
+        for head in [
+            0,
+            1,
+            K - 1,
+            K,
+            K + 8,
+            LEN / 2,
+            LEN - K,
+            LEN - K + 8,
+            LEN - 1,
+        ] {
             assert_eq!(kept(head), 2 * K, "head {head}");
         }
         // A ring no larger than what is kept: nothing to let go.

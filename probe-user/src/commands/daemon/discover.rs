@@ -25,6 +25,8 @@ pub struct Discovery {
     later: HashMap<u32, (Instant, Duration)>,
     /// Processes waiting for their shim to create its journal, since when.
     awaiting_shim: HashMap<u32, Instant>,
+    /// The pids in /proc at the last scan.
+    alive: std::collections::HashSet<u32>,
     pub last_scan: Duration,
     pub scans: u64,
 }
@@ -35,7 +37,8 @@ impl Discovery {
         let start = Instant::now();
         let me = std::process::id();
         let mut out = Vec::new();
-        let mut alive = std::collections::HashSet::new();
+        let mut alive = std::mem::take(&mut self.alive);
+        alive.clear();
         if let Ok(dir) = std::fs::read_dir("/proc") {
             for e in dir.flatten() {
                 let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -53,6 +56,7 @@ impl Discovery {
         }
         self.later.retain(|pid, _| alive.contains(pid));
         self.awaiting_shim.retain(|pid, _| alive.contains(pid));
+        self.alive = alive;
         self.scans += 1;
         self.last_scan = start.elapsed();
         out
@@ -66,6 +70,11 @@ impl Discovery {
             None => first_interval,
         };
         self.later.insert(pid, (now + next, next));
+    }
+
+    /// Whether `pid` was in /proc at the last scan.
+    pub fn alive(&self, pid: u32) -> bool {
+        self.alive.contains(&pid)
     }
 
     pub fn forget(&mut self, pid: u32) {

@@ -210,15 +210,29 @@ type Injected = (u32, String, Result<crate::inject::Attached, String>);
 /// `inject = true`: the attaches under way (each on its thread) and the processes tried.
 #[derive(Default)]
 struct Injections {
-    tried: std::collections::HashSet<u32>,
+    /// (pid, start time): a pid reused by a new process is another process to try, and an
+    /// exited one's entry goes at the next scan (`prune`). Keyed by pid alone and never
+    /// pruned, a new process given a tried pid was never injected, and the set grew by one
+    /// a process for as long as the daemon ran.
+    tried: std::collections::HashSet<(u32, u64)>,
     running: std::collections::HashSet<u32>,
     done: Arc<Mutex<Vec<Injected>>>,
 }
 
 impl Injections {
+    /// Whether the process (`pid`, started at `start_ticks`) is tried for the first time.
+    fn first_try(&mut self, pid: u32, start_ticks: u64) -> bool {
+        self.tried.insert((pid, start_ticks))
+    }
+
+    /// Forgets the processes no longer alive.
+    fn prune(&mut self, alive: &dyn Fn(u32) -> bool) {
+        self.tried.retain(|(pid, _)| alive(*pid));
+    }
+
     /// Starts the attach of `pid` unless it was tried before; whether it started.
-    fn start(&mut self, pid: u32, comm: &str, log: &mut Log) -> bool {
-        if !self.tried.insert(pid) {
+    fn start(&mut self, pid: u32, start_ticks: u64, comm: &str, log: &mut Log) -> bool {
+        if !self.first_try(pid, start_ticks) {
             return false;
         }
         let shim = match crate::commands::shim_path::shim_path() {
@@ -324,7 +338,10 @@ impl Daemon {
         self.last_scan = now;
         let collector = &mut self.engine.collector;
         let attached = |pid: u32| collector.model.procs.contains_key(&pid);
-        for pid in self.discovery.candidates(&attached) {
+        let candidates = self.discovery.candidates(&attached);
+        let discovery = &self.discovery;
+        self.injections.prune(&|pid| discovery.alive(pid));
+        for pid in candidates {
             if collector.model.procs.len() >= self.cfg.max_targets {
                 break;
             }
@@ -339,7 +356,9 @@ impl Daemon {
             if self.cfg.inject
                 && target.journal.is_none()
                 && !crate::process::target::expects_shim(pid)
-                && self.injections.start(pid, &comm, &mut self.log)
+                && self
+                    .injections
+                    .start(pid, target.start_ticks, &comm, &mut self.log)
             {
                 self.discovery.await_shim(pid, self.cfg.scan_interval);
                 continue;
@@ -736,6 +755,17 @@ fn enforce_cap(dir: &Path, cap: u64, keep: &[&Path]) -> usize {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 34: a pid reused by a new process never inherits the old one's state.
+    #[test]
+    fn a_new_process_on_a_tried_pid_is_tried_for_injection_again() {
+        let mut i = super::Injections::default();
+        assert!(i.first_try(7, 100));
+        assert!(!i.first_try(7, 100), "the same process: once");
+        assert!(i.first_try(7, 200), "another process on pid 7");
+        i.prune(&|pid| pid != 7);
+        assert!(i.tried.is_empty(), "exited processes kept: {:?}", i.tried);
+    }
+
     use super::*;
 
     fn stream(name: &str, age: f64, in_flight: u64) -> StreamMetrics {

@@ -96,6 +96,19 @@ impl FlightRecorder {
         self.dumped.insert((pid, kind))
     }
 
+    /// `pid` exited: its incidents go. Kept, the set grew by one entry per process that
+    /// exited in an incident (a daemon watches processes come and go for months), and a new
+    /// process given the same pid and judged in an incident from its first verdict would
+    /// have had its dump taken for the old one's.
+    pub fn forget(&mut self, pid: u32) {
+        self.dumped.retain(|(p, _)| *p != pid);
+    }
+
+    /// Incidents remembered as dumped (the daemon's tables' entries count them).
+    pub fn incidents_held(&self) -> usize {
+        self.dumped.len()
+    }
+
     /// An incident of `pid` now: the report of the whole model (`ev`, the pipeline's
     /// evaluation of it) and what is still open go with the held events (`watch`, `run` and
     /// the daemon, through the engine).
@@ -275,6 +288,23 @@ mod tests {
             "re-armed by a healthy verdict"
         );
         assert!(!f.should_dump(7, VerdictKind::Busy));
+    }
+
+    #[test]
+    fn an_exited_process_s_incidents_are_forgotten() {
+        let mut f = FlightRecorder::new(FlightConfig {
+            dir: "/nonexistent".into(),
+            seconds: 1.0,
+            max_events: 10,
+        });
+        assert!(f.should_dump(7, VerdictKind::KernelWedge));
+        assert!(f.should_dump(8, VerdictKind::KernelWedge));
+        f.forget(7);
+        assert_eq!(f.incidents_held(), 1);
+        assert!(
+            f.should_dump(7, VerdictKind::KernelWedge),
+            "a new process on pid 7, wedged from its first verdict, gets its own dump"
+        );
     }
 
     #[test]
