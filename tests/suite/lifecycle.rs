@@ -273,7 +273,8 @@ fn churn_leaves_the_daemon_as_it_was() {
         held::hash_map_entries(d.pid())
     );
     // Its own tables follow the 8 alive, not the 48 that ran: on 6161d3f the /proc scans'
-    // and the track names' entries of every ended thread stayed.
+    // and the track names' entries of every ended thread stayed; on 17c1794 libcuda's symbol
+    // tables, one per process (keyed by its /proc/PID/root path: libcuda_files 8 -> 48).
     sleep(secs(3.0));
     let tables_after = state_entries(&d);
     for (table, before) in &tables_before {

@@ -921,6 +921,7 @@ impl Collector {
             ("thread_scans", self.scanned_at.len() as u64),
             ("namespace_tids", self.ns_tids.len() as u64),
             ("kernel_history", m.history.entries() as u64),
+            ("libcuda_files", self.probe.libcuda_files() as u64),
         ]
     }
 
