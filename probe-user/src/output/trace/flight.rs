@@ -260,13 +260,17 @@ mod tests {
         })
     }
 
+    fn recorder(seconds: f64, max_events: usize) -> FlightRecorder {
+        FlightRecorder::new(FlightConfig {
+            dir: "/nonexistent".into(),
+            seconds,
+            max_events,
+        })
+    }
+
     #[test]
     fn keeps_the_last_seconds_and_at_most_max_events() {
-        let mut f = FlightRecorder::new(FlightConfig {
-            dir: "/nonexistent".into(),
-            seconds: 2.0,
-            max_events: 3,
-        });
+        let mut f = recorder(2.0, 3);
         f.push((0..5).map(|i| counter(10_000_000_000 + i)), 10_000_000_010);
         assert_eq!((f.len(), f.evicted_early), (3, 2));
         f.push([counter(13_000_000_000)], 13_000_000_000);
@@ -275,11 +279,7 @@ mod tests {
 
     #[test]
     fn one_dump_per_incident() {
-        let mut f = FlightRecorder::new(FlightConfig {
-            dir: "/nonexistent".into(),
-            seconds: 1.0,
-            max_events: 10,
-        });
+        let mut f = recorder(1.0, 10);
         assert!(f.should_dump(7, VerdictKind::KernelWedge));
         assert!(!f.should_dump(7, VerdictKind::KernelWedge));
         assert!(!f.should_dump(7, VerdictKind::Healthy));
@@ -292,11 +292,7 @@ mod tests {
 
     #[test]
     fn an_exited_process_s_incidents_are_forgotten() {
-        let mut f = FlightRecorder::new(FlightConfig {
-            dir: "/nonexistent".into(),
-            seconds: 1.0,
-            max_events: 10,
-        });
+        let mut f = recorder(1.0, 10);
         assert!(f.should_dump(7, VerdictKind::KernelWedge));
         assert!(f.should_dump(8, VerdictKind::KernelWedge));
         f.forget(7);

@@ -32,8 +32,8 @@ const COUNTER_EVERY_NS: u64 = 200_000_000;
 pub struct TickRecorder {
     /// Last (value, time) emitted per series: (pid, device or u32::MAX, name). A series
     /// goes once it has said zero, or with its process: kept, every stream and blocked
-    /// thread of every process that ever ran stayed here (the daemon's heap in use rose
-    /// ~0.6 MiB in 18 minutes of `cargo xtask bench churn`).
+    /// thread of every process that ever ran stayed here (a few entries a process; not the
+    /// heap's rise in `cargo xtask bench churn`, which was libcuda's tables: BENCHMARKS.md).
     last: HashMap<(u32, u32, String), (f64, u64)>,
     last_verdict: Option<&'static str>,
 }
