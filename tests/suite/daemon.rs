@@ -274,6 +274,57 @@ fn a_reused_pid_is_a_new_process_to_the_daemon() {
     drop(new);
 }
 
+/// A pid that held a process which is not a CUDA process, long enough for the daemon to back
+/// off from looking at it, then reused by a CUDA process: the new process is attached at the
+/// next scans, not when the old one's back-off ends. With the suite's 0.3 s scans (taken at the
+/// 250 ms ticks) the looks double from 0.3 s: the one that sets 19.2 s comes 18.9-22.4 s after
+/// the process appeared, so at 28 s the next is ≥ 10 s away. On 37d9ba0 (the back-off keyed by
+/// pid alone) the new process waited that out; reused at 21 s instead, it passed there too
+/// (the look before was still due).
+#[test]
+fn a_reused_pid_does_not_inherit_the_old_processs_back_off() {
+    require_root!();
+    let d = Daemon::start("pid-reuse-backoff", "");
+    let mut plain = Command::new("sleep").arg("120").spawn().unwrap();
+    let pid = plain.id();
+    sleep(secs(28.0));
+    plain.kill().unwrap();
+    plain.wait().unwrap();
+    let shim = shim_path();
+    let mut new = None;
+    for _ in 0..5 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let w = Worker::spawn(
+            &["healthy", "30"],
+            &[("CUDA_INJECTION64_PATH", shim.as_str())],
+        );
+        if w.pid() == pid {
+            new = Some(w);
+            break;
+        }
+    }
+    let Some(new) = new else {
+        eprintln!("skipped: pid {pid} could not be given to a new process (something else forked)");
+        return;
+    };
+    let start = Instant::now();
+    while !d
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| e["event"] == "attached" && e["pid"] == pid)
+    {
+        assert!(
+            start.elapsed() < secs(6.0),
+            "the CUDA process on reused pid {pid} was not attached in 6 s (the old process's \
+             back-off ends 10-14 s after the reuse)"
+        );
+        sleep(Duration::from_millis(100));
+    }
+    drop(new);
+}
+
 /// A process that loads the shim at CUDA's initialisation, found before it initialised (the
 /// daemon started before the serving process, as on a node): the daemon waits for the journal
 /// and attaches with no launch probe. Had it put uprobes on libcuda's entry points during the
