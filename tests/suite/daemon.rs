@@ -212,6 +212,16 @@ fn the_daemons_metrics_say_how_each_shim_records_launches() {
     assert!(on_line.contains("via=\"hooks\""), "{on_line}");
 }
 
+/// A worker with the shim started on `pid`, just freed (`ns_last_pid` set below it before each
+/// fork); `None` when something else took it in five tries.
+fn spawn_on_pid(pid: u32, args: &[&str], shim: &str) -> Option<Worker> {
+    (0..5).find_map(|_| {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let w = Worker::spawn(args, &[("CUDA_INJECTION64_PATH", shim)]);
+        (w.pid() == pid).then_some(w)
+    })
+}
+
 /// A pid reused by a new process never inherits the old one's state (issue 34): a wedged worker
 /// is killed and a healthy one started on the same pid at once (`ns_last_pid`), before the
 /// daemon's next look; the daemon lets the old one go and attaches the new one afresh. On
@@ -235,19 +245,7 @@ fn a_reused_pid_is_a_new_process_to_the_daemon() {
     let events_before = d.events.lock().unwrap().len();
     // Killed and reaped, then the next fork gets its pid (nothing else forks meanwhile here).
     drop(old);
-    let mut new = None;
-    for _ in 0..5 {
-        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
-        let w = Worker::spawn(
-            &["healthy", "20"],
-            &[("CUDA_INJECTION64_PATH", shim.as_str())],
-        );
-        if w.pid() == pid {
-            new = Some(w);
-            break;
-        }
-    }
-    let Some(new) = new else {
+    let Some(new) = spawn_on_pid(pid, &["healthy", "20"], &shim) else {
         eprintln!("skipped: pid {pid} could not be given to a new process (something else forked)");
         return;
     };
@@ -291,19 +289,7 @@ fn a_reused_pid_does_not_inherit_the_old_processs_back_off() {
     plain.kill().unwrap();
     plain.wait().unwrap();
     let shim = shim_path();
-    let mut new = None;
-    for _ in 0..5 {
-        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
-        let w = Worker::spawn(
-            &["healthy", "30"],
-            &[("CUDA_INJECTION64_PATH", shim.as_str())],
-        );
-        if w.pid() == pid {
-            new = Some(w);
-            break;
-        }
-    }
-    let Some(new) = new else {
+    let Some(new) = spawn_on_pid(pid, &["healthy", "30"], &shim) else {
         eprintln!("skipped: pid {pid} could not be given to a new process (something else forked)");
         return;
     };
