@@ -234,6 +234,10 @@ def names_kernel(ans, needle):
         if needle in (c.get("kernel") or ""):
             return "candidate"
     g = k.get("graph") or {}
+    for b in (g.get("marks") or {}).get("branches", []):
+        c = b.get("candidates", [])
+        if any(needle in (n.get("kernel") or "") for n in c):
+            return "graph node exact" if b.get("exact") else f"graph node, one of {len(c)}"
     for n in g.get("not_completed", []):
         if needle in (n.get("kernel") or ""):
             return "graph node"
@@ -340,10 +344,10 @@ def graph(run, record, exact_node):
     k = head(ans)
     run.check("the stuck head is a graph launch", k.get("graph"), k.get("kernel"))
     how = names_kernel(ans, "graph_stuck_middle_kernel")
-    if exact_node:
-        run.check("names the stuck node graph_stuck_middle_kernel", how, k.get("graph"))
-    else:
-        run.notes.append(f"default mode names the node: {how or 'no (issue: graph nodes)'}")
+    # The default mode's graph marks (a mark every 4th kernel node) name it among the
+    # graph's 3 nodes; the exact mode's node completions name it alone.
+    run.check("names the stuck node graph_stuck_middle_kernel", how, k.get("graph"))
+    run.notes.append(f"{record} mode names the node: {how}")
     run.check("reproducer exits 0 once released", run.exit_code(p) == 0)
 
 
@@ -351,6 +355,73 @@ def graph(run, record, exact_node):
 def graph_default(run):
     """A captured CUDA graph whose middle node spins, default (marks) mode."""
     graph(run, "marks", False)
+
+
+@scenario("graph-node-default")
+def graph_node_default(run):
+    """Graph marks (issue 30): the stuck node of a captured graph named in the default mode,
+    stuck early, in the middle and last in a chain of 24, and in a branch of a two-branch
+    graph (gpu/graph_marks.cu); after three healthy replays of the same exec."""
+    exe = run.h.cuda("graph_marks")
+    if not run.check("graph_marks.cu builds", exe):
+        return
+    for shape, at in (("chain", 0), ("chain", 11), ("chain", 23), ("branches", 12)):
+        p = run.start([exe, "wedge", shape, str(at), "8"], shim=True, suffix=f"{shape}-{at}")
+        time.sleep(4)
+        ans = run.report([p.pid], "--kernel-floor", "2s")
+        run.check(f"{shape} node {at}: verdict kernel_wedge",
+                  ans.get("verdict", {}).get("kind") == "kernel_wedge",
+                  ans.get("verdict", {}).get("summary", ans.get("error")))
+        how = names_kernel(ans, "graph_stuck_kernel")
+        ok = bool(how) and (how == "graph node exact" or int(how.split()[-1]) <= 4)
+        run.check(f"{shape} node {at}: names it (exact or <= 4 candidates)", ok,
+                  how or (head(ans).get("graph") or {}).get("marks"))
+        run.notes.append(f"{shape} node {at}: {how}; {ans.get('verdict', {}).get('summary', '')[:400]}")
+        run.check(f"{shape} node {at}: reproducer exits 0 once released", run.exit_code(p, 60) == 0)
+
+
+@scenario("graph-marks-outputs")
+def graph_marks_outputs(run):
+    """A graph's output with graph marks, without them, and without the shim: the same."""
+    exe = run.h.cuda("graph_marks")
+    if not run.check("graph_marks.cu builds", exe):
+        return
+    for shape in ("chain", "branches"):
+        sums = {}
+        for label, shim, env in (("no shim", False, {}), ("shim, marks off", True,
+                                 {"WEDGEPROBE_GRAPH_MARK_EVERY": "0"}), ("shim, marks", True, {})):
+            p = run.start([exe, "wedge", shape, "-1", "0"], shim=shim, env=env,
+                          suffix=f"out-{shape}-{label.replace(' ', '').replace(',', '-')}")
+            code = run.exit_code(p, 60)
+            line = [l for l in run.out(p).splitlines() if "checksum" in l]
+            sums[label] = line[0].split()[-1] if code == 0 and line else None
+        run.check(f"{shape}: the same output with and without marks",
+                  None not in sums.values() and len(set(sums.values())) == 1, sums)
+        run.notes.append(f"{shape}: {sums}")
+
+
+@scenario("graph-marks-cost", sets=("default", "cost"))
+def graph_marks_cost(run):
+    """The replay and instantiation price of graph marks, in one process: a decode-shaped
+    chain of 250 kernels (~9 us mean) with and without marks in neighbouring pairs
+    (gpu/graph_marks.cu cost), and the transformers decode graph and the 100-add loop graph
+    the same way (gpu/step_ab.py, AB_ONLY=graph_marks)."""
+    exe = run.h.cuda("graph_marks")
+    if not run.check("graph_marks.cu builds", exe):
+        return
+    pairs = "100" if run.h.quick else "400"
+    p = run.start(["taskset", "-c", "2-9", exe, "cost", "250", pairs], shim=True,
+                  env={"WEDGEPROBE_SHIM_MEASURE": "toggle"}, suffix="cost-chain")
+    code = run.exit_code(p, 240)
+    run.notes += [l.rstrip() for l in run.out(p).splitlines() if l.strip()]
+    run.check("graph_marks cost exits 0", code == 0, run.err(p)[-300:])
+    args = ["0", "100", "60"] if run.h.quick else ["0", "400", "200"]
+    p = run.start(["taskset", "-c", "2-9", "python3", "step_ab.py", *args], shim=True,
+                  env={"WEDGEPROBE_SHIM_MEASURE": "toggle", "AB_ONLY": "graph_marks"},
+                  suffix="cost-torch")
+    code = run.exit_code(p, 300)
+    run.notes += [l.strip() for l in run.out(p).splitlines() if "median" in l]
+    run.check("step_ab graph marks exits 0", code == 0, run.err(p)[-300:])
 
 
 @scenario("graph-wedge-exact")

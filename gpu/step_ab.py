@@ -14,6 +14,8 @@ is the method's own bias and noise. What it does not price: the hooks' detour wh
 jump and a flag test; gpu/hook_cost.sh), and the flush thread's polls (they run in both
 states; the shim's self_cost line prices them).
 
+AB_ONLY=graph_marks: only the replay price of graph marks (`graph_marks`).
+
 Prints, per workload, the paired cost (+ = slower with recording): median of the per-pair
 ratios, their mean with a 95% interval, and the pair count.
 """
@@ -43,6 +45,48 @@ def switch():
     if f(0) != 0:
         sys.exit("step_ab: the shim's toggle is not enabled")
     return lambda off: f(int(off))
+
+
+def graph_marks_switch():
+    """The shim's graph-marks switch (kernels a mark covers in graphs instantiated from now;
+    0: none), or None without the shim and its toggle."""
+    path = os.environ.get("CUDA_INJECTION64_PATH")
+    if not path or "toggle" not in os.environ.get("WEDGEPROBE_SHIM_MEASURE", ""):
+        return None
+    f = ctypes.CDLL(path).wedgeprobe_shim_graph_marks
+    f.argtypes, f.restype = [ctypes.c_int], ctypes.c_int
+    return f if f(4) >= 0 else None
+
+
+def graph_marks(model, cfg, x, graph_pairs, loop_pairs, rng):
+    """The replay price of graph marks: the decode graph and the 100-add loop graph captured
+    twice — without marks and with them (the default, a mark every 4th kernel node) — and
+    replayed in neighbouring pairs ("off" replays the unmarked one)."""
+    gm = graph_marks_switch()
+    if gm is None:
+        print("graph marks: no switch (the shim with WEDGEPROBE_SHIM_MEASURE=toggle)")
+        return
+    graphs = {}
+    for every in (0, 4):
+        gm(every)
+        g, _, ids = sb.graph_step(model, cfg)
+        graphs[every] = (g, ids, capture_adds(x))
+    gm(4)
+    pick = {}
+
+    def set_off(off):
+        pick["g"] = graphs[0 if off else 4]
+
+    set_off(False)
+    for _ in range(20):
+        for e in (0, 4):
+            graphs[e][0].replay()
+            graphs[e][2].replay()
+    torch.cuda.synchronize()
+    summary("marks: decode graph x4", timed_pairs(graph_pairs, set_off, rng,
+                                                   lambda: [pick["g"][0].replay() for _ in range(4)]))
+    summary("marks: loop graph x20", timed_pairs(loop_pairs, set_off, rng,
+                                                  lambda: [pick["g"][2].replay() for _ in range(20)]))
 
 
 def summary(name, costs):
@@ -106,6 +150,11 @@ def main():
     # Only now: the driver loaded the shim at CUDA's initialisation; asked before, ctypes
     # would load a copy the driver never initialised (its switch off).
     set_off = switch()
+    if os.environ.get("AB_ONLY") == "graph_marks":
+        prompt = torch.randint(0, cfg.vocab_size, (sb.BATCH, sb.PROMPT), device="cuda")
+        sb.generate(model, prompt)
+        graph_marks(model, cfg, torch.zeros(256, device="cuda"), graph_pairs, loop_pairs, rng)
+        return
     prompt = torch.randint(0, cfg.vocab_size, (sb.BATCH, sb.PROMPT), device="cuda")
     sb.generate(model, prompt)
     g, _, _ids = sb.graph_step(model, cfg)

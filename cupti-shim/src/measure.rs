@@ -69,3 +69,16 @@ pub extern "C" fn wedgeprobe_shim_measure_pass(pass: i32) -> i32 {
     hooks::hot::measure_pass(pass != 0);
     0
 }
+
+/// Under `WEDGEPROBE_SHIM_MEASURE=toggle`: how many kernel nodes a graph mark covers in the
+/// graphs instantiated from now (0: no graph marks), so one process instantiates the same
+/// graph with and without marks and replays them in neighbouring pairs (`gpu/graph_marks.cu`,
+/// `gpu/step_ab.py`): the replay price of the marks, apart from the VM's drift. Returns the
+/// value before, or -1 when the switch is not enabled.
+#[unsafe(no_mangle)]
+pub extern "C" fn wedgeprobe_shim_graph_marks(every: i32) -> i32 {
+    if !TOGGLE.load(Relaxed) || every < 0 {
+        return -1;
+    }
+    crate::marks::graph::set_every(every as u32) as i32
+}

@@ -9,7 +9,7 @@
 
 use std::{ptr::NonNull, sync::atomic::AtomicU64};
 
-use cupti_shim::journal::{Completion, Launch, Writer};
+use cupti_shim::journal::{Completion, ExecMarks, Launch, Placement, Writer};
 use libfuzzer_sys::fuzz_target;
 use probe_common::journal::{Layout, RECORD_MARKS};
 use probe_user::journal::OwnedJournal;
@@ -76,6 +76,24 @@ fn marks_image() -> OwnedJournal {
             w.set_marked(corr);
         }
     }
+    // A graph with graph marks (two branches, three kernel nodes), a replay of it begun: its
+    // first word set, its second not.
+    let place = |position, branch, mark| Placement { position, branch, mark, grid: [2, 1, 1], block: [32, 1, 1] };
+    w.graph_kernel_node_placed(41, 0, 5, name, place(1, 0, 1));
+    w.graph_kernel_node_placed(42, 0, 5, name, place(2, 0, 2));
+    w.graph_kernel_node_placed(43, 0, 5, name, place(3, 1, 3));
+    w.graph_exec_marked(10, 5, Some(ExecMarks { first: 2, words: 3, branches: 2 }));
+    w.set_graph_mark_words(2, 3, 0);
+    w.set_graph_mark_words(2, 1, 1);
+    w.launch(&Launch {
+        correlation: 7,
+        graph_id: 10,
+        launch_ns: 7,
+        stream: 0x77,
+        stream_id: 4,
+        mark: slot + 1,
+        ..Launch::default()
+    }, None);
     WORDS[slot as usize % 4].store(3, std::sync::atomic::Ordering::Relaxed);
     w.publish_marks(10);
     mem

@@ -9,7 +9,7 @@
 //! ```text
 //! [Header 256 B][ThreadSlot × threads_cap][InflightSlot × inflight_cap]
 //! [RingRecord × ring_cap][NameSlot × names_cap][GraphSlot × graphs_cap]
-//! [MarkSlot × marks_cap]
+//! [MarkSlot × marks_cap][pad to 4 KiB][graph mark word (u32) × graph_marks_cap()]
 //! ```
 //! Concurrency: each section has its own protocol, all with atomics on naturally aligned
 //! fields, so a reader never blocks a writer:
@@ -26,6 +26,10 @@
 //!   stored by the shim's flush thread from the stream's GPU-written progress word; `records`
 //!   is a counter every writer of one of the stream's ring records bumps (`fetch_add`) before
 //!   it reserves the record's ring index.
+//! - Graph mark words: written by the GPU (leaf write nodes the shim adds to an instantiated
+//!   graph, and one in-chain reset node a replay: `GraphSlot::position`/`mark`), page-aligned
+//!   so the shim can register them with the driver; 1 = the kernels before it completed in the
+//!   replay running now (or no replay has started), 0 = not yet.
 //! - `Header::control` and `Header::per_kernel_until_ns`: the words the *reader* writes (a
 //!   request to the shim, see `CONTROL_RELEASE`; a lease on per-kernel records); the shim
 //!   polls them from its flush thread.
@@ -41,16 +45,18 @@ pub const MEMFD_NAME: &str = "wedgeprobe-journal";
 pub const MAPS_PATH: &str = "/memfd:wedgeprobe-journal (deleted)";
 
 /// `b"WPJRNL"` then the format's major version.
-pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x04";
+pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x05";
 /// 2: CUDA graph table, `InflightSlot::nodes_pending`, `Header::control`, ring records with
 /// the launch's shape and graph node (104 B).
 /// 3: stream progress marks (`MarkSlot`, `Header::record_mode`), `InflightSlot::mark` and
 /// `flags` (104 B slots).
 /// 4: per-stream record counts (`MarkSlot::records`, 40 B; claimed in both record modes) and
 /// each ring record's number on its stream (`RingRecord::stream_seq`, 112 B).
-pub const VERSION: u32 = 4;
+/// 5: graph marks — `GraphSlot` of 64 B (a kernel node's position, branch, mark word, grid
+/// and block; an exec's mark words) and the graph mark words' section after the mark slots.
+pub const VERSION: u32 = 5;
 /// Versions this reader knows to be older, to tell "upgrade the shim" from "corrupt".
-pub const OLDER_VERSIONS: [u32; 3] = [1, 2, 3];
+pub const OLDER_VERSIONS: [u32; 4] = [1, 2, 3, 4];
 
 /// `Header::record_mode`: how the shim learns that kernels completed.
 /// Per-kernel completion records (CUPTI CONCURRENT_KERNEL): every kernel's end is known, so
@@ -347,8 +353,24 @@ pub struct GraphSlot {
     pub name_id: u32,
     /// `GRAPH_*` (atomic, written last; 0 = being written).
     pub kind: u32,
-    pub _pad: u32,
+    /// Kernel node: its place among its graph's kernel nodes in launch (topological) order,
+    /// from 1 (0: not known — recorded from CUPTI's callbacks). Exec: its first graph mark
+    /// word + 1 (0: its replays carry no marks).
+    pub position: u32,
+    /// Kernel node: its branch — the chain of kernel nodes, each waiting for the one before,
+    /// it belongs to (from 0). Exec: how many branches its kernel nodes form.
+    pub branch: u32,
+    /// Kernel node: which of its exec's mark words (counted from the exec's first, + 1) is set
+    /// once it completed in a replay (0: none). Exec: how many mark words it has.
+    pub mark: u32,
+    /// Kernel node: its launch dimensions (0 when not known).
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
 }
+
+/// Graph mark words per graph table slot (`Layout::graph_marks_cap`): a mark follows at least
+/// one kernel node, and each kernel node takes a slot, so the words are never the scarcer.
+pub const GRAPH_MARKS_PER_SLOT: u32 = 1;
 
 /// One stream: its progress as its marks report it (marks mode), and how many ring records
 /// were written for it (both modes).
@@ -421,8 +443,18 @@ impl Layout {
     pub const fn marks_off(&self) -> u64 {
         self.graphs_off() + self.graphs_cap as u64 * core::mem::size_of::<GraphSlot>() as u64
     }
+    /// The graph mark words start on a page (the shim registers them with the driver).
+    pub const fn graph_marks_off(&self) -> u64 {
+        let end =
+            self.marks_off() + self.marks_cap as u64 * core::mem::size_of::<MarkSlot>() as u64;
+        end.div_ceil(4096) * 4096
+    }
+    /// How many graph mark words there are (u32 each), rounded up to whole pages.
+    pub const fn graph_marks_cap(&self) -> u32 {
+        ((self.graphs_cap * GRAPH_MARKS_PER_SLOT) as u64 * 4).div_ceil(4096) as u32 * 1024
+    }
     pub const fn total_size(&self) -> u64 {
-        self.marks_off() + self.marks_cap as u64 * core::mem::size_of::<MarkSlot>() as u64
+        self.graph_marks_off() + self.graph_marks_cap() as u64 * 4
     }
 
     /// The header a writer of this layout starts with.
@@ -606,13 +638,21 @@ mod tests {
         assert_eq!(offset_of!(Header, record_mode), 232);
         assert_eq!(offset_of!(Header, per_kernel_until_ns), 248);
         assert_eq!(offset_of!(Header, flags), 244);
-        assert_eq!(size_of::<GraphSlot>(), 32);
+        assert_eq!(size_of::<GraphSlot>(), 64);
         assert_eq!(offset_of!(Header, control), 208);
         assert_eq!(size_of::<RingRecord>(), 112);
         assert_eq!(size_of::<NameSlot>(), 256);
+        let before_words: u64 =
+            256 + 32 * 1024 + 104 * 8192 + 112 * 16384 + 256 * 4096 + 64 * 4096 + 40 * 1024;
+        assert_eq!(
+            Layout::DEFAULT.graph_marks_off(),
+            before_words.div_ceil(4096) * 4096
+        );
+        assert_eq!(Layout::DEFAULT.graph_marks_off() % 4096, 0);
+        assert_eq!(Layout::DEFAULT.graph_marks_cap(), 4096);
         assert_eq!(
             Layout::DEFAULT.total_size(),
-            256 + 32 * 1024 + 104 * 8192 + 112 * 16384 + 256 * 4096 + 32 * 4096 + 40 * 1024
+            Layout::DEFAULT.graph_marks_off() + 4 * 4096
         );
     }
 
@@ -640,10 +680,10 @@ mod tests {
         bad.magic[0] = b'X';
         assert_eq!(bad.validate(l.total_size()), Err(HeaderError::BadMagic));
         let mut bad = h;
-        bad.version = 3;
+        bad.version = 4;
         assert_eq!(
             bad.validate(l.total_size()),
-            Err(HeaderError::OlderVersion { version: 3 })
+            Err(HeaderError::OlderVersion { version: 4 })
         );
         bad.version = 9;
         assert_eq!(

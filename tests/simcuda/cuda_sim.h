@@ -30,6 +30,42 @@ CUresult cuCtxSynchronize(void);
 CUresult cuCtxSynchronize_v2(CUcontext ctx);
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
+/* CUDA graphs (sim_graph.c): the real layouts of the structs the shim reads or passes. */
+typedef struct sim_graph *CUgraph;
+typedef struct sim_node *CUgraphNode;
+typedef struct {
+    CUfunction func;
+    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    void **kernelParams, **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+typedef struct {
+    unsigned operation; /* 2: write 32 bits, 5: write 64 bits */
+    unsigned long long address, value;
+    unsigned flags;
+    unsigned long long alias, pad;
+} CUstreamMemOpWrite;
+typedef struct {
+    CUcontext ctx;
+    unsigned count;
+    const CUstreamMemOpWrite *paramArray;
+    unsigned flags;
+} CUDA_BATCH_MEM_OP_NODE_PARAMS;
+CUresult cuGraphCreate(CUgraph *g, unsigned flags);
+CUresult cuGraphAddKernelNode_v2(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                 const CUDA_KERNEL_NODE_PARAMS_v2 *p);
+CUresult cuGraphAddEmptyNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps);
+CUresult cuGraphAddChildGraphNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                  CUgraph child);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags);
+CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, void *info);
+CUresult cuGraphExecDestroy(CUgraphExec e);
+CUresult cuGraphLaunch(CUgraphExec e, CUstream s);
+/* Test control: kernels the "GPU" ran (graph nodes and launches) and an FNV-1a hash of their
+ * names in the order run — a graph's "output", compared with and without graph marks. */
+void simcuda_kernel_log(unsigned long long *count, unsigned long long *hash);
+
 /* The callbacks an injection library gets from the simulated driver, at the moments CUPTI
  * would call it (cupti-shim/src/backend/sim.rs mirrors these). Api ids are
  * probe_common::api's: their position in its TABLE. */

@@ -43,7 +43,9 @@ struct sim_kernel {
     char name[512];
     uint64_t duration_ns;
     int wedges;
+    uint64_t runs; /* the GPU thread's count of its runs */
 };
+struct sim_node;
 
 struct item {
     struct sim_kernel *k;
@@ -52,6 +54,7 @@ struct item {
     unsigned stream_id;
     _Atomic uint64_t *mark_addr; /* a stream-ordered write (cuStreamWriteValue64): k is mark_op */
     uint64_t mark_value;
+    const struct sim_node *node; /* a graph node of a replay (sim_graph.c): k is its kernel or mark_op */
 };
 
 static const struct simcuda_callbacks *subscriber;
@@ -79,10 +82,13 @@ static _Atomic uint64_t completed_seq;          /* written by the GPU thread */
 static struct { uintptr_t stream; uint64_t last_seq; } streams[MAX_STREAMS]; /* under mu */
 static _Atomic int released;
 static pthread_once_t started = PTHREAD_ONCE_INIT;
-static uint64_t default_kernel_ns, long_kernel_ns, release_after_ns;
+static uint64_t default_kernel_ns, long_kernel_ns, release_after_ns, wedge_on_run;
 static int blocking_sync;
 static struct sim_kernel graph_kernel = {"graph_launch", 5000, 0};
 static struct sim_kernel mark_op = {"(stream write)", 0, 0};
+
+static void run_node_ops(const struct sim_node *n); /* sim_graph.c */
+static void log_kernel(const struct sim_kernel *k);
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -109,7 +115,10 @@ static void *gpu_main(void *arg) {
         struct item it = queue[head];
         pthread_mutex_unlock(&mu);
         uint64_t started = now_ns();
-        if (it.k->wedges) {
+        /* SIMCUDA_WEDGE_ON_RUN=N: a wedging kernel wedges on its N-th run only (a graph
+         * replayed healthy before the replay that wedges, and after); unset: every run. */
+        int wedge_now = it.k->wedges && (++it.k->runs == wedge_on_run || !wedge_on_run);
+        if (wedge_now) {
             uint64_t deadline = now_ns() + release_after_ns;
             while (!atomic_load(&released) && now_ns() < deadline) sleep_ns(1000000);
         } else if (it.k->duration_ns >= 50000) {
@@ -120,6 +129,8 @@ static void *gpu_main(void *arg) {
             }
         }
         if (it.mark_addr) atomic_store(it.mark_addr, it.mark_value);
+        if (it.node) run_node_ops(it.node);
+        if (it.k != &mark_op && it.k != &graph_kernel) log_kernel(it.k);
         pthread_mutex_lock(&mu);
         head = (head + 1) % QUEUE_CAP;
         count--;
@@ -138,6 +149,7 @@ static void start_gpu(void) {
     default_kernel_ns = env_u64("SIMCUDA_KERNEL_US", 5) * 1000;
     long_kernel_ns = env_u64("SIMCUDA_LONG_KERNEL_MS", 3000) * 1000000;
     release_after_ns = env_u64("SIMCUDA_RELEASE_AFTER_S", 10) * 1000000000ull;
+    wedge_on_run = env_u64("SIMCUDA_WEDGE_ON_RUN", 0);
     blocking_sync = env_u64("SIMCUDA_BLOCKING_SYNC", 0) != 0;
     pthread_t t;
     pthread_create(&t, NULL, gpu_main, NULL);
@@ -376,13 +388,28 @@ LAUNCH_EXPORT HOOKABLE CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, uns
     (void)shmem; (void)params;
     return enqueue(SIM_API_LAUNCH_COOPERATIVE + 1, f, s, DIMS(gx, gy, gz), DIMS(bx, by, bz));
 }
+static void push_replay(CUstream s, CUgraphExec g); /* sim_graph.c */
+
+/* A graph launch: the exec's nodes (sim_graph.c; none for a handle it did not make), then the
+ * launch's own completion. */
+static CUresult graph_launch(unsigned api, CUgraphExec g, CUstream s) {
+    pthread_once(&started, start_gpu);
+    pthread_mutex_lock(&mu);
+    unsigned sid = stream_index(s);
+    pthread_mutex_unlock(&mu);
+    struct simcuda_launch l = {graph_kernel.name, (unsigned long long)(uintptr_t)s, sid, (unsigned)sim_device(),
+                               {1, 1, 1}, {1, 1, 1}};
+    uint64_t corr = api_enter(api, &l);
+    push_replay(s, g);
+    push(s, (struct item){&graph_kernel, 0, corr, sid, NULL, 0, NULL});
+    api_exit(api, corr);
+    return CUDA_SUCCESS;
+}
 LAUNCH_EXPORT HOOKABLE CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
-    (void)g;
-    return enqueue(SIM_API_GRAPH_LAUNCH, &graph_kernel, s, DIMS(1, 1, 1), DIMS(1, 1, 1));
+    return graph_launch(SIM_API_GRAPH_LAUNCH, g, s);
 }
 LAUNCH_EXPORT HOOKABLE CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
-    (void)g;
-    return enqueue(SIM_API_GRAPH_LAUNCH + 1, &graph_kernel, s, DIMS(1, 1, 1), DIMS(1, 1, 1));
+    return graph_launch(SIM_API_GRAPH_LAUNCH + 1, g, s);
 }
 
 #ifdef SIM_PROLOGUE
@@ -485,3 +512,5 @@ EXPORT uint64_t simcuda_events_live(void) { return atomic_load(&events_live); }
 
 /* Test controls (not part of the CUDA API). */
 EXPORT void simcuda_release(void) { atomic_store(&released, 1); }
+
+#include "sim_graph.c"

@@ -26,6 +26,19 @@
  *                                                again: a busy server thread tokenizing (the mode)
  *   simworker exit-soon                          initialises CUDA and exits after 50 ms
  *   simworker loop [run_s]                       a launch loop (a sync every 64), no long kernel
+ *   simworker graph [run_s]                      builds a CUDA graph node by node and replays it
+ *                                                (a sync every 8 replays) until run_s; its shape:
+ *                                                SIMWORKER_GRAPH_SHAPE=chain (default; _NODES
+ *                                                kernels, default 12) | branches (a root, two
+ *                                                branches of 5, a join) | child (a chain with a
+ *                                                child graph of 3 kernels in the middle); the
+ *                                                kernel at SIMWORKER_GRAPH_WEDGE_AT (node
+ *                                                order, from 0) wedges (with SIMCUDA_WEDGE_ON_RUN
+ *                                                = N, on replay N). SIMWORKER_GRAPH_REPLAYS=N:
+ *                                                exactly N replays, then "kernels_run C hash H"
+ *                                                (the graph's "output"). SIMWORKER_GRAPH_UPDATE=1:
+ *                                                the exec is updated in place from a second graph
+ *                                                of the same shape before the replays
  *
  * SIMWORKER_GUARD=1 adds a thread that waits in futex(FUTEX_WAIT) with known values in its
  * callee-saved, argument and vector registers, woken every 10 ms, and checks them after each
@@ -334,6 +347,82 @@ static void guard_report(void) {
     if (guard_bad || guard_eintr) _exit(3);
 }
 
+/* One kernel node of the graph modes: "graph_k<i>", or a wedging one at `wedge_at`. */
+static CUgraphNode graph_kernel_node(CUgraph g, const CUgraphNode *deps, size_t n, int i, int wedge_at,
+                                     const char *prefix) {
+    char name[64];
+    snprintf(name, sizeof name, i == wedge_at ? "%s_k%d_wedge" : "%s_k%d", prefix, i);
+    CUfunction f;
+    cuModuleGetFunction(&f, NULL, name);
+    CUDA_KERNEL_NODE_PARAMS_v2 p = {0};
+    p.func = f;
+    p.gridDimX = 64 + i; p.gridDimY = 1; p.gridDimZ = 1;
+    p.blockDimX = 128; p.blockDimY = 1; p.blockDimZ = 1;
+    CUgraphNode node = NULL;
+    cuGraphAddKernelNode_v2(&node, g, deps, n, &p);
+    return node;
+}
+
+static CUgraph build_graph(const char *shape, int nodes, int wedge_at, const char *prefix) {
+    CUgraph g;
+    cuGraphCreate(&g, 0);
+    int i = 0;
+    if (!strcmp(shape, "branches")) {
+        CUgraphNode root = graph_kernel_node(g, NULL, 0, i++, wedge_at, prefix), ends[2];
+        for (int b = 0; b < 2; b++) {
+            CUgraphNode prev = root;
+            for (int k = 0; k < 5; k++) prev = graph_kernel_node(g, &prev, 1, i++, wedge_at, prefix);
+            ends[b] = prev;
+        }
+        graph_kernel_node(g, ends, 2, i++, wedge_at, prefix);
+    } else if (!strcmp(shape, "child")) {
+        CUgraphNode prev = NULL;
+        for (int k = 0; k < 4; k++) prev = graph_kernel_node(g, prev ? &prev : NULL, prev != NULL, i++, wedge_at, prefix);
+        CUgraph child;
+        cuGraphCreate(&child, 0);
+        CUgraphNode cprev = NULL;
+        for (int k = 0; k < 3; k++) cprev = graph_kernel_node(child, cprev ? &cprev : NULL, cprev != NULL, 100 + k, wedge_at, prefix);
+        cuGraphAddChildGraphNode(&prev, g, &prev, 1, child);
+        for (int k = 0; k < 4; k++) prev = graph_kernel_node(g, &prev, 1, i++, wedge_at, prefix);
+    } else {
+        CUgraphNode prev = NULL;
+        for (int k = 0; k < nodes; k++) prev = graph_kernel_node(g, prev ? &prev : NULL, prev != NULL, i++, wedge_at, prefix);
+    }
+    return g;
+}
+
+static void run_graph(double run_s, double start) {
+    const char *shape = getenv("SIMWORKER_GRAPH_SHAPE");
+    const char *nodes = getenv("SIMWORKER_GRAPH_NODES");
+    const char *at = getenv("SIMWORKER_GRAPH_WEDGE_AT");
+    const char *replays = getenv("SIMWORKER_GRAPH_REPLAYS");
+    int wedge_at = at ? atoi(at) : -1;
+    shape = shape ? shape : "chain";
+    CUgraph g = build_graph(shape, nodes ? atoi(nodes) : 12, wedge_at, "graph");
+    CUgraphExec exec;
+    if (cuGraphInstantiateWithFlags(&exec, g, 0) != 0) {
+        fprintf(stderr, "simworker: cuGraphInstantiateWithFlags failed\n");
+        exit(2);
+    }
+    if (getenv("SIMWORKER_GRAPH_UPDATE")) {
+        CUgraph g2 = build_graph(shape, nodes ? atoi(nodes) : 12, wedge_at, "graph_updated");
+        int r = cuGraphExecUpdate_v2(exec, g2, NULL);
+        printf("exec_update %d\n", r);
+        fflush(stdout);
+    }
+    long n = 0, limit = replays ? atol(replays) : -1;
+    while (limit >= 0 ? n < limit : now_s() - start < run_s) {
+        cuGraphLaunch(exec, stream);
+        if (++n % 8 == 0) cuStreamSynchronize(stream);
+        if (limit < 0) usleep(200);
+    }
+    cuStreamSynchronize(stream);
+    unsigned long long count, hash;
+    simcuda_kernel_log(&count, &hash);
+    printf("kernels_run %llu hash %llx\n", count, hash);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "wedge";
     double run_s = argc > 2 ? atof(argv[2]) : 15;
@@ -389,7 +478,9 @@ int main(int argc, char **argv) {
     int pace_us = pace ? atoi(pace) : 50;
     double start = now_s();
 
-    if (!strcmp(mode, "wedge")) {
+    if (!strcmp(mode, "graph")) {
+        run_graph(run_s, start);
+    } else if (!strcmp(mode, "wedge")) {
         double wedge_after = (argc > 3 ? atof(argv[3]) : 300) / 1e3;
         pthread_t t;
         const char *how = getenv("SIMWORKER_SYNC_API");

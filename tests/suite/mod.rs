@@ -4,6 +4,7 @@
 mod attach;
 mod bad_input;
 mod daemon;
+mod graph_marks;
 mod job;
 mod lifecycle;
 mod prometheus;

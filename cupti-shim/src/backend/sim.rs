@@ -91,7 +91,7 @@ pub fn attach() -> bool {
         && let Err(why) = crate::hooks::install::install(
             crate::hooks::hot::Resolve {
                 stream_id: sim_stream_id,
-                graph_id: |_| 0,
+                graph_id: |exec| crate::hooks::calls::exec_id(exec),
                 context: Some(|_| sim_context()),
             },
             true,

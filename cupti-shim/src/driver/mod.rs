@@ -39,6 +39,51 @@ pub type EventCreate = unsafe extern "C" fn(*mut *mut c_void, u32) -> u32;
 pub type EventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
 pub type EventQuery = unsafe extern "C" fn(*mut c_void) -> u32;
 pub type EventDestroy = unsafe extern "C" fn(*mut c_void) -> u32;
+/// `cuGraphGetEdges(graph, from, to, &n)` — the CUDA 12 form, which libcuda keeps exporting
+/// under this name (CUDA 13's headers map the name to `_v2`, with edge data).
+pub type GraphGetEdges =
+    unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut *mut c_void, *mut usize) -> u32;
+/// `cuGraphAddDependencies(graph, from, to, n)` (the CUDA 12 form, as above).
+pub type GraphAddDependencies =
+    unsafe extern "C" fn(*mut c_void, *const *mut c_void, *const *mut c_void, usize) -> u32;
+/// `cuGraphAddBatchMemOpNode(&node, graph, deps, n, &params)`.
+pub type GraphAddBatchMemOpNode = unsafe extern "C" fn(
+    *mut *mut c_void,
+    *mut c_void,
+    *const *mut c_void,
+    usize,
+    *const BatchMemOpNodeParams,
+) -> u32;
+/// `cuGraphDestroyNode(node)`.
+pub type GraphDestroyNode = unsafe extern "C" fn(*mut c_void) -> u32;
+/// `cuMemHostRegister_v2(p, bytes, flags)`.
+pub type HostRegister = unsafe extern "C" fn(*mut c_void, usize, u32) -> u32;
+
+/// `CU_STREAM_MEM_OP_WRITE_VALUE_32`, `_64`.
+pub const MEM_OP_WRITE_VALUE_32: u32 = 2;
+pub const MEM_OP_WRITE_VALUE_64: u32 = 5;
+
+/// `CUstreamBatchMemOpParams`'s write-value member (cuda.h; the union is 48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct MemOpWrite {
+    pub operation: u32,
+    pub address: u64,
+    pub value: u64,
+    pub flags: u32,
+    pub alias: u64,
+    pub _union_pad: u64,
+}
+const _: () = assert!(std::mem::size_of::<MemOpWrite>() == 48);
+
+/// `CUDA_BATCH_MEM_OP_NODE_PARAMS` (v1).
+#[repr(C)]
+pub struct BatchMemOpNodeParams {
+    pub ctx: *mut c_void,
+    pub count: u32,
+    pub ops: *const MemOpWrite,
+    pub flags: u32,
+}
 
 pub struct Driver {
     get_params: Option<GetParams>,
@@ -61,6 +106,11 @@ pub struct Driver {
     pub event_record: Option<EventRecord>,
     pub event_query: Option<EventQuery>,
     pub event_destroy: Option<EventDestroy>,
+    pub graph_get_edges: Option<GraphGetEdges>,
+    pub graph_add_dependencies: Option<GraphAddDependencies>,
+    pub graph_add_batch_mem_op_node: Option<GraphAddBatchMemOpNode>,
+    pub graph_destroy_node: Option<GraphDestroyNode>,
+    pub host_register: Option<HostRegister>,
 }
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
@@ -152,9 +202,43 @@ pub fn driver() -> &'static Driver {
                 event_destroy: std::mem::transmute::<*mut c_void, Option<EventDestroy>>(sym(
                     c"cuEventDestroy_v2",
                 )),
+                graph_get_edges: std::mem::transmute::<*mut c_void, Option<GraphGetEdges>>(sym(
+                    c"cuGraphGetEdges",
+                )),
+                graph_add_dependencies: std::mem::transmute::<
+                    *mut c_void,
+                    Option<GraphAddDependencies>,
+                >(sym(c"cuGraphAddDependencies")),
+                graph_add_batch_mem_op_node: std::mem::transmute::<
+                    *mut c_void,
+                    Option<GraphAddBatchMemOpNode>,
+                >(sym(c"cuGraphAddBatchMemOpNode")),
+                graph_destroy_node: std::mem::transmute::<*mut c_void, Option<GraphDestroyNode>>(
+                    sym(c"cuGraphDestroyNode"),
+                ),
+                host_register: std::mem::transmute::<*mut c_void, Option<HostRegister>>(sym(
+                    c"cuMemHostRegister_v2",
+                )),
             }
         }
     })
+}
+
+/// The launch dimensions of graph kernel node `node` (zeros when the driver cannot say).
+pub fn kernel_node_dims(node: CUgraphNode) -> ([u32; 3], [u32; 3]) {
+    let Some(get_params) = driver().get_params else {
+        return ([0; 3], [0; 3]);
+    };
+    // SAFETY: a plain C struct, all-zero is a valid value.
+    let mut p: CUDA_KERNEL_NODE_PARAMS_v2_st = unsafe { std::mem::zeroed() };
+    // SAFETY: a kernel node handle and an out-struct of the v2 layout.
+    if unsafe { get_params(node, &mut p) } != 0 {
+        return ([0; 3], [0; 3]);
+    }
+    (
+        [p.gridDimX, p.gridDimY, p.gridDimZ],
+        [p.blockDimX, p.blockDimY, p.blockDimZ],
+    )
 }
 
 /// The mangled kernel name of graph kernel node `node`; "(kernel node)" when the driver

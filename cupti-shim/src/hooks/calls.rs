@@ -18,7 +18,7 @@
 
 use std::{
     ffi::{CStr, c_void},
-    sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering},
 };
 
 use probe_common::{api, journal::ALL_STREAMS};
@@ -44,6 +44,8 @@ enum Kind {
     GraphExecDestroy,
     /// Argument 0: out-pointer to the executable graph, argument 1: the graph.
     Instantiate,
+    /// Argument 0: the executable graph, argument 1: the graph it is updated from.
+    ExecUpdate,
 }
 
 const CALLS: &[(&CStr, Kind)] = &[
@@ -80,9 +82,11 @@ const CALLS: &[(&CStr, Kind)] = &[
     (c"cuGraphInstantiateWithFlags", Kind::Instantiate),
     (c"cuGraphInstantiateWithParams", Kind::Instantiate),
     (c"cuGraphInstantiateWithParams_ptsz", Kind::Instantiate),
+    (c"cuGraphExecUpdate", Kind::ExecUpdate),
+    (c"cuGraphExecUpdate_v2", Kind::ExecUpdate),
 ];
 
-pub const N: usize = 33;
+pub const N: usize = 35;
 const _: () = assert!(CALLS.len() == N);
 static ORIGINAL: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 /// `probe_common::api` ids (u32::MAX: not a traced API).
@@ -123,18 +127,26 @@ pub fn covers(api: u32) -> bool {
             .is_some_and(|c| c.load(Ordering::Relaxed))
 }
 
-/// What `before` learned, for `after`: (correlation, recorded the entry).
-type Token = (u64, bool);
+/// What `before` learned, for `after`.
+#[derive(Default)]
+struct Token {
+    correlation: u64,
+    /// The entry was recorded.
+    entered: bool,
+    /// Graph marks added to the user's graph for this instantiation or exec update.
+    graph: Option<marks::graph::Added>,
+}
 
 fn before(i: usize, a: [usize; 6]) -> Token {
     // Bookkeeping (teardown, captures, graphs) whenever the hooks are in place, a lease
     // included: CUPTI attached late leaves it to them. Recording the call only while the
     // hooks record.
+    let mut token = Token::default();
     if !hot::active() {
-        return (0, false);
+        return token;
     }
     let Some(&(_, kind)) = CALLS.get(i) else {
-        return (0, false);
+        return token;
     };
     match kind {
         Kind::StreamDestroy | Kind::CtxDestroy | Kind::PrimaryRelease => {
@@ -152,21 +164,28 @@ fn before(i: usize, a: [usize; 6]) -> Token {
             hot::handles_changed();
             forget_exec(a[0]);
         }
+        Kind::Instantiate | Kind::ExecUpdate => token.graph = mark_graph(i, kind, a),
         _ => {}
     }
     let api = API[i].load(Ordering::Relaxed);
     if api == u32::MAX || !hot::recording() {
-        return (0, false);
+        return token;
     }
     let Some(rec) = record::get() else {
-        return (0, false);
+        return token;
     };
-    let correlation = rec.next_correlation();
-    rec.api_enter(api, correlation, crate::clock::monotonic_ns());
-    (correlation, true)
+    token.correlation = rec.next_correlation();
+    rec.api_enter(api, token.correlation, crate::clock::monotonic_ns());
+    token.entered = true;
+    token
 }
 
-fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
+fn after(i: usize, token: Token, a: [usize; 6], result: u32) {
+    let Token {
+        correlation,
+        entered,
+        graph: mut pending,
+    } = token;
     let Some(&(_, kind)) = CALLS.get(i) else {
         return;
     };
@@ -185,7 +204,11 @@ fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
             }
         }
     }
+    // Graph marks added in `before` come out of the user's graph whatever happens next.
     if !hot::active() {
+        if let Some(mut a) = pending.take() {
+            a.remove();
+        }
         return;
     }
     match kind {
@@ -194,9 +217,16 @@ fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
         // SAFETY: on success argument 0 points at the new executable graph, argument 1 is
         // the graph it was instantiated from.
         Kind::Instantiate if ok && a[0] != 0 => unsafe {
-            instantiated(*(a[0] as *const usize), a[1]);
+            instantiated(*(a[0] as *const usize), a[1], pending.take());
         },
+        Kind::ExecUpdate if ok => updated(a[0], a[1], pending.take()),
         _ => {}
+    }
+    if let Some(mut a) = pending {
+        a.remove();
+        if kind == Kind::Instantiate {
+            marks::graph::give_words(a.first, a.words);
+        }
     }
 }
 
@@ -205,8 +235,37 @@ fn after(i: usize, (correlation, entered): Token, a: [usize; 6], result: u32) {
 const EXECS: usize = 1024;
 static EXEC_HANDLE: [AtomicUsize; EXECS] = [const { AtomicUsize::new(0) }; EXECS];
 static EXEC_ID: [AtomicU32; EXECS] = [const { AtomicU32::new(0) }; EXECS];
-static NEXT_GRAPH: AtomicU32 = AtomicU32::new(1);
-static NEXT_NODE: AtomicU64 = AtomicU64::new(1);
+
+/// The graph bookkeeping of instantiations, updates and destructions (rare calls, one lock):
+/// ids handed out, each marked exec's graph mark words, the reasons already logged.
+struct Book {
+    next_graph: u32,
+    next_node: u64,
+    /// (exec handle, its first graph mark word, how many).
+    exec_words: Vec<(usize, u32, u32)>,
+    logged: Vec<Vec<u8>>,
+}
+
+static BOOK: std::sync::Mutex<Book> = std::sync::Mutex::new(Book {
+    next_graph: 1,
+    next_node: 1,
+    exec_words: Vec::new(),
+    logged: Vec::new(),
+});
+
+fn next_graph_id() -> u32 {
+    BOOK.lock().map_or(0, |mut b| {
+        b.next_graph += 1;
+        b.next_graph - 1
+    })
+}
+
+fn next_node_id() -> u64 {
+    BOOK.lock().map_or(0, |mut b| {
+        b.next_node += 1;
+        b.next_node - 1
+    })
+}
 /// A slot whose graph was destroyed (probing continues past it).
 const GONE: usize = usize::MAX;
 
@@ -216,16 +275,27 @@ fn home(handle: usize) -> usize {
 
 /// Our id of an executable graph (0: not instantiated while we recorded).
 pub fn exec_id(handle: usize) -> u32 {
+    exec_slot(handle).map_or(0, |i| EXEC_ID[i].load(Ordering::Acquire))
+}
+
+fn exec_slot(handle: usize) -> Option<usize> {
     let h = home(handle);
     for k in 0..EXECS {
         let i = (h + k) % EXECS;
         match EXEC_HANDLE[i].load(Ordering::Acquire) {
-            0 => return 0,
-            x if x == handle => return EXEC_ID[i].load(Ordering::Acquire),
+            0 => return None,
+            x if x == handle => return Some(i),
             _ => {}
         }
     }
-    0
+    None
+}
+
+/// The exec's graph mark words (first, count), if its replays carry marks.
+fn exec_words(handle: usize) -> Option<(u32, u32)> {
+    let book = BOOK.lock().ok()?;
+    let &(_, first, n) = book.exec_words.iter().find(|e| e.0 == handle)?;
+    Some((first, n))
 }
 
 fn forget_exec(handle: usize) {
@@ -236,6 +306,15 @@ fn forget_exec(handle: usize) {
             0 => return,
             x if x == handle => {
                 EXEC_ID[i].store(0, Ordering::Release);
+                // A replay still running when its exec is destroyed may write its words once
+                // more: a 1 in another exec's fresh words, which start at 1 anyway.
+                let words = BOOK.lock().ok().and_then(|mut b| {
+                    let k = b.exec_words.iter().position(|e| e.0 == handle)?;
+                    Some(b.exec_words.swap_remove(k))
+                });
+                if let Some((_, first, n)) = words {
+                    marks::graph::give_words(first, n);
+                }
                 EXEC_HANDLE[i].store(GONE, Ordering::Release);
                 return;
             }
@@ -244,40 +323,151 @@ fn forget_exec(handle: usize) {
     }
 }
 
-/// A graph was instantiated: its kernel nodes go into the journal's graph table under a new
-/// graph id, the executable graph gets an id of ours. Allocates: instantiation is rare and
-/// never on a launch path.
-fn instantiated(exec: usize, graph: usize) {
-    let (Some(rec), d) = (record::get(), driver::driver()) else {
-        return;
-    };
-    let (Some(get_nodes), Some(node_type)) = (d.graph_get_nodes, d.graph_node_type) else {
-        return;
-    };
-    let mut n = 0usize;
-    // SAFETY: the graph just instantiated; a null array asks for the count.
-    if unsafe { get_nodes(graph as *mut c_void, std::ptr::null_mut(), &mut n) } != 0 {
-        return;
+/// Before an instantiation (or exec update) in the marks mode: adds graph marks to the user's
+/// graph (`marks::graph`). Why a graph gets none is logged once per reason.
+fn mark_graph(i: usize, kind: Kind, a: [usize; 6]) -> Option<marks::graph::Added> {
+    let rec = record::get()?;
+    if !hot::recording() || rec.record_mode() != probe_common::journal::RECORD_MARKS || a[1] == 0 {
+        return None;
     }
-    let mut nodes = vec![std::ptr::null_mut::<c_void>(); n];
-    // SAFETY: an array of `n` node handles.
-    if unsafe { get_nodes(graph as *mut c_void, nodes.as_mut_ptr(), &mut n) } != 0 {
-        return;
-    }
-    let graph_id = NEXT_GRAPH.fetch_add(1, Ordering::Relaxed);
-    for &node in nodes.iter().take(n) {
-        let mut t = u32::MAX;
-        // SAFETY: a node of the graph; out-pointer.
-        if unsafe { node_type(node, &mut t) } != 0 || t != 0 {
-            continue; // CU_GRAPH_NODE_TYPE_KERNEL = 0
+    let name = CALLS[i].0.to_bytes();
+    let reuse = match kind {
+        Kind::ExecUpdate => Some(exec_words(a[0])?),
+        _ => {
+            let flags = if name.starts_with(b"cuGraphInstantiateWithFlags") {
+                a[2] as u64
+            } else if name.starts_with(b"cuGraphInstantiateWithParams") && a[2] != 0 {
+                // SAFETY: argument 2 of cuGraphInstantiateWithParams points at its params,
+                // whose first field is the flags (u64).
+                unsafe { *(a[2] as *const u64) }
+            } else {
+                0
+            };
+            if flags & marks::graph::INSTANTIATE_DEVICE_LAUNCH != 0 {
+                log_once(b"a device-launched graph is not covered by graph marks");
+                return None;
+            }
+            None
         }
-        let name = driver::kernel_node_name(node.cast());
-        let node_id = NEXT_NODE.fetch_add(1, Ordering::Relaxed);
-        rec.writer()
-            .graph_kernel_node(node_id, 0, graph_id, rec.writer().intern(&name));
+    };
+    marks::graph::add(rec.writer(), a[1], hot::current_context(), reuse)
+        .map_err(|why| log_once(why.as_bytes()))
+        .ok()
+}
+
+/// The driver refused an instantiation with our marks in the graph: take them out, so the
+/// caller can call it again as the user made it. Whether to.
+fn retry_without_marks(i: usize, token: &mut Token, result: u32) -> bool {
+    if result == 0
+        || !matches!(
+            CALLS.get(i),
+            Some((_, Kind::Instantiate | Kind::ExecUpdate))
+        )
+    {
+        return false;
     }
-    let exec_id = NEXT_GRAPH.fetch_add(1, Ordering::Relaxed);
-    rec.graph_exec(exec_id, graph_id);
+    let Some(mut added) = token.graph.take() else {
+        return false;
+    };
+    added.remove();
+    if matches!(CALLS[i].1, Kind::Instantiate) {
+        marks::graph::give_words(added.first, added.words);
+    }
+    log_once(b"the driver refused a graph with graph marks; instantiated without them");
+    true
+}
+
+/// One log line per distinct reason (a process instantiates hundreds of graphs).
+fn log_once(why: &[u8]) {
+    if let Ok(mut book) = BOOK.lock()
+        && !book.logged.iter().any(|s| s == why)
+    {
+        book.logged.push(why.to_vec());
+        crate::log_line(why);
+    }
+}
+
+/// Kernel (and child graph) nodes of `graph` into the journal's graph table under a new
+/// graph id, placed as the marks see them when `added` planned them. Returns the graph id.
+fn record_nodes(
+    rec: &record::Recorder,
+    graph: usize,
+    added: Option<&marks::graph::Added>,
+) -> Option<u32> {
+    let graph_id = next_graph_id();
+    let w = rec.writer();
+    match added {
+        Some(a) => {
+            for &(node, kernel, placement) in &a.plan.nodes {
+                let (name, (grid, block)) = if kernel {
+                    (
+                        driver::kernel_node_name(node as *mut _),
+                        driver::kernel_node_dims(node as *mut _),
+                    )
+                } else {
+                    (
+                        b"(child graph node: its own kernels are not marked)".to_vec(),
+                        ([0; 3], [0; 3]),
+                    )
+                };
+                let node_id = next_node_id();
+                let placement = crate::journal::Placement {
+                    grid,
+                    block,
+                    ..placement
+                };
+                w.graph_kernel_node_placed(node_id, 0, graph_id, w.intern(&name), placement);
+            }
+        }
+        None => {
+            let d = driver::driver();
+            let (Some(get_nodes), Some(node_type)) = (d.graph_get_nodes, d.graph_node_type) else {
+                return None;
+            };
+            let mut n = 0usize;
+            // SAFETY: the graph just instantiated; a null array asks for the count.
+            if unsafe { get_nodes(graph as *mut c_void, std::ptr::null_mut(), &mut n) } != 0 {
+                return None;
+            }
+            let mut nodes = vec![std::ptr::null_mut::<c_void>(); n];
+            // SAFETY: an array of `n` node handles.
+            if unsafe { get_nodes(graph as *mut c_void, nodes.as_mut_ptr(), &mut n) } != 0 {
+                return None;
+            }
+            for &node in nodes.iter().take(n) {
+                let mut t = u32::MAX;
+                // SAFETY: a node of the graph; out-pointer.
+                if unsafe { node_type(node, &mut t) } != 0 || t != 0 {
+                    continue; // CU_GRAPH_NODE_TYPE_KERNEL = 0
+                }
+                let name = driver::kernel_node_name(node.cast());
+                let node_id = next_node_id();
+                w.graph_kernel_node(node_id, 0, graph_id, w.intern(&name));
+            }
+        }
+    }
+    Some(graph_id)
+}
+
+/// A graph was instantiated: its kernel nodes go into the journal's graph table under a new
+/// graph id, the executable graph gets an id of ours (and its graph marks, when `added`).
+/// Allocates: instantiation is rare and never on a launch path.
+fn instantiated(exec: usize, graph: usize, mut added: Option<marks::graph::Added>) {
+    if let Some(a) = added.as_mut() {
+        a.remove();
+    }
+    let Some(rec) = record::get() else {
+        if let Some(a) = added {
+            marks::graph::give_words(a.first, a.words);
+        }
+        return;
+    };
+    let Some(graph_id) = record_nodes(rec, graph, added.as_ref()) else {
+        return;
+    };
+    let exec_id = next_graph_id();
+    rec.writer()
+        .graph_exec_marked(exec_id, graph_id, added.as_ref().map(|a| a.marks()));
     let h = home(exec);
     for k in 0..EXECS {
         let i = (h + k) % EXECS;
@@ -288,8 +478,34 @@ fn instantiated(exec: usize, graph: usize) {
                 .is_ok()
         {
             EXEC_ID[i].store(exec_id, Ordering::Release);
+            if let (Some(a), Ok(mut book)) = (added, BOOK.lock()) {
+                book.exec_words.retain(|e| e.0 != exec);
+                book.exec_words.push((exec, a.first, a.words));
+            }
             return;
         }
+    }
+    if let Some(a) = added {
+        marks::graph::give_words(a.first, a.words);
+    }
+}
+
+/// An exec was updated in place from `graph` (`cuGraphExecUpdate`): its nodes (kernels may
+/// have changed) are recorded again under a new graph id; its id and mark words stay.
+fn updated(exec: usize, graph: usize, mut added: Option<marks::graph::Added>) {
+    if let Some(a) = added.as_mut() {
+        a.remove();
+    }
+    let (Some(rec), Some(slot)) = (record::get(), exec_slot(exec)) else {
+        return;
+    };
+    let exec_id = EXEC_ID[slot].load(Ordering::Acquire);
+    if exec_id == 0 {
+        return;
+    }
+    if let Some(graph_id) = record_nodes(rec, graph, added.as_ref()) {
+        rec.writer()
+            .graph_exec_marked(exec_id, graph_id, added.as_ref().map(|a| a.marks()));
     }
 }
 
@@ -298,12 +514,20 @@ macro_rules! call_hook {
         $(
             unsafe extern "C" fn $name(a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> u32 {
                 let args = [a, b, c, d, e, f];
-                let token = std::panic::catch_unwind(|| before($i, args)).unwrap_or((0, false));
+                let mut token = std::panic::catch_unwind(|| before($i, args)).unwrap_or_default();
                 // SAFETY: the trampoline to the original; any of these entry points takes at
                 // most six integer arguments (see the module docs).
-                let r = unsafe {
+                let call = || unsafe {
                     std::mem::transmute::<usize, Generic>(ORIGINAL[$i].load(Ordering::Acquire))(a, b, c, d, e, f)
                 };
+                let mut r = call();
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    retry_without_marks($i, &mut token, r)
+                }))
+                .unwrap_or(false)
+                {
+                    r = call();
+                }
                 let _ = std::panic::catch_unwind(|| after($i, token, args, r));
                 r
             }
@@ -346,4 +570,6 @@ call_hook!(
     h30 = 30,
     h31 = 31,
     h32 = 32,
+    h33 = 33,
+    h34 = 34,
 );

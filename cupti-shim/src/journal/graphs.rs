@@ -21,6 +21,31 @@ const ORIGINAL: u64 = core::mem::offset_of!(GraphSlot, original) as u64;
 const GRAPH_ID: u64 = core::mem::offset_of!(GraphSlot, graph_id) as u64;
 const NAME_ID: u64 = core::mem::offset_of!(GraphSlot, name_id) as u64;
 const KIND: u64 = core::mem::offset_of!(GraphSlot, kind) as u64;
+const POSITION: u64 = core::mem::offset_of!(GraphSlot, position) as u64;
+const BRANCH: u64 = core::mem::offset_of!(GraphSlot, branch) as u64;
+const MARK: u64 = core::mem::offset_of!(GraphSlot, mark) as u64;
+const GRID: u64 = core::mem::offset_of!(GraphSlot, grid) as u64;
+const BLOCK: u64 = core::mem::offset_of!(GraphSlot, block) as u64;
+
+/// Where a kernel node sits in its graph, as the graph marks see it (`GraphSlot`'s fields of
+/// the same names); all zero when not known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    pub position: u32,
+    pub branch: u32,
+    pub mark: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+}
+
+/// An executable graph's mark words (`GraphSlot` of an exec): the first word's index, how
+/// many, and how many branches its kernel nodes form.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecMarks {
+    pub first: u32,
+    pub words: u32,
+    pub branches: u32,
+}
 
 impl Writer {
     fn graph_off(&self, i: u32) -> u64 {
@@ -52,7 +77,25 @@ impl Writer {
         Err(())
     }
 
-    fn fill_graph_slot(&self, off: u64, original: u64, graph_id: u32, name_id: u32, kind: u32) {
+    fn fill_graph_slot_placed(
+        &self,
+        off: u64,
+        original: u64,
+        graph_id: u32,
+        name_id: u32,
+        kind: u32,
+        p: Placement,
+    ) {
+        self.half(off + KIND).store(0, Release);
+        self.half(off + POSITION).store(p.position, Relaxed);
+        self.half(off + BRANCH).store(p.branch, Relaxed);
+        self.half(off + MARK).store(p.mark, Relaxed);
+        for k in 0..3u64 {
+            self.half(off + GRID + 4 * k)
+                .store(p.grid[k as usize], Relaxed);
+            self.half(off + BLOCK + 4 * k)
+                .store(p.block[k as usize], Relaxed);
+        }
         self.word(off + ORIGINAL).store(original, Relaxed);
         self.half(off + GRAPH_ID).store(graph_id, Relaxed);
         self.half(off + NAME_ID).store(name_id, Relaxed);
@@ -63,6 +106,18 @@ impl Writer {
     /// it was cloned from (0 if created). A clone inherits its original's kernel when
     /// `name_id` is 0.
     pub fn graph_kernel_node(&self, node_id: u64, original: u64, graph_id: u32, name_id: u32) {
+        self.graph_kernel_node_placed(node_id, original, graph_id, name_id, Placement::default());
+    }
+
+    /// `graph_kernel_node`, with where the node sits in its graph (the graph marks' view).
+    pub fn graph_kernel_node_placed(
+        &self,
+        node_id: u64,
+        original: u64,
+        graph_id: u32,
+        name_id: u32,
+        placement: Placement,
+    ) {
         if node_id == 0 || node_id & GRAPH_EXEC_KEY != 0 {
             return;
         }
@@ -72,13 +127,25 @@ impl Writer {
             name_id
         };
         if let Ok((off, _)) = self.graph_slot(node_id, true) {
-            self.fill_graph_slot(off, original, graph_id, name_id, GRAPH_KERNEL_NODE);
+            self.fill_graph_slot_placed(
+                off,
+                original,
+                graph_id,
+                name_id,
+                GRAPH_KERNEL_NODE,
+                placement,
+            );
         }
     }
 
     /// Executable graph `exec_id` was instantiated from graph `graph_id`; returns its number of
     /// kernel nodes (the kernel nodes recorded for that graph), 0 if unknown.
     pub fn graph_exec(&self, exec_id: u32, graph_id: u32) -> u32 {
+        self.graph_exec_marked(exec_id, graph_id, None)
+    }
+
+    /// `graph_exec`, with the exec's graph mark words when its replays carry marks.
+    pub fn graph_exec_marked(&self, exec_id: u32, graph_id: u32, marks: Option<ExecMarks>) -> u32 {
         let mut kernels = 0u32;
         for i in 0..self.layout.graphs_cap {
             let off = self.graph_off(i);
@@ -89,7 +156,14 @@ impl Writer {
             }
         }
         if let Ok((off, _)) = self.graph_slot(exec_id as u64 | GRAPH_EXEC_KEY, true) {
-            self.fill_graph_slot(off, kernels as u64, graph_id, 0, GRAPH_EXEC);
+            let m = marks.unwrap_or_default();
+            let placement = Placement {
+                position: if m.words == 0 { 0 } else { m.first + 1 },
+                branch: m.branches,
+                mark: m.words,
+                ..Placement::default()
+            };
+            self.fill_graph_slot_placed(off, kernels as u64, graph_id, 0, GRAPH_EXEC, placement);
         }
         kernels
     }
@@ -101,6 +175,28 @@ impl Writer {
                 self.word(off + ORIGINAL).load(Relaxed) as u32
             }
             _ => 0,
+        }
+    }
+
+    /// The graph mark words (`Layout::graph_marks_off`): where they start in this process's
+    /// memory and how many there are. The GPU writes them; the shim only initialises them.
+    pub fn graph_mark_words(&self) -> (*mut u32, u32) {
+        // SAFETY: inside the journal (`Layout::total_size` covers the section).
+        let p = unsafe {
+            self.base
+                .as_ptr()
+                .add(self.layout.graph_marks_off() as usize)
+        };
+        (p.cast(), self.layout.graph_marks_cap())
+    }
+
+    /// Sets graph mark words `first..first+n` to `value` (1 when handed to a new exec: no
+    /// replay of it has started).
+    pub fn set_graph_mark_words(&self, first: u32, n: u32, value: u32) {
+        let cap = self.layout.graph_marks_cap();
+        for i in first..first.saturating_add(n).min(cap) {
+            self.half(self.layout.graph_marks_off() + 4 * u64::from(i))
+                .store(value, Relaxed);
         }
     }
 

@@ -21,6 +21,7 @@ use probe_common::journal::{
 pub mod cpu;
 pub mod file;
 mod graphs;
+pub use graphs::{ExecMarks, Placement};
 mod marks;
 
 /// Cluster dimensions as the ring keeps them (at most 16 blocks per cluster dimension on

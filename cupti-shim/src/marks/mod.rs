@@ -55,6 +55,7 @@ use std::{
 };
 
 pub mod events;
+pub mod graph;
 
 use self::events::{Recorded, Ring};
 use crate::{driver, journal::Writer, self_cost::Reason};

@@ -114,6 +114,9 @@ struct StreamQueue {
     len: usize,
     /// The correlation id of the first launch with a mark after it (`u64::MAX`: none).
     first_marked: u64,
+    /// The head is a graph launch whose graph marks show its replay begun and not finished:
+    /// everything before it on the stream has run, so it is named exactly.
+    graph_running: bool,
 }
 
 /// Candidates listed at most; `candidates_total` says how many there were.
@@ -447,7 +450,33 @@ impl JournalCursor {
                     head: s,
                     len: 1,
                     first_marked: marked,
+                    graph_running: false,
                 }),
+            }
+        }
+        // Graph marks: a stream's earliest graph launch whose replay has begun and not
+        // finished is what the stream is running — the launches before it have completed,
+        // whatever the stream marks could prove.
+        if self.marks_mode
+            && let Some(g) = graphs.as_ref()
+        {
+            for q in &mut streams {
+                let running = live
+                    .iter()
+                    .filter(|s| (s.device, s.stream_id, s.stream) == q.key && s.graph_id != 0)
+                    .filter(|s| started_replay(view, g, s.graph_id).is_some())
+                    .min_by_key(|s| s.correlation);
+                if let Some(r) = running {
+                    q.len = live
+                        .iter()
+                        .filter(|s| {
+                            (s.device, s.stream_id, s.stream) == q.key
+                                && s.correlation >= r.correlation
+                        })
+                        .count();
+                    q.head = *r;
+                    q.graph_running = true;
+                }
             }
         }
         let marks_mode = self.marks_mode;
@@ -463,6 +492,7 @@ impl JournalCursor {
                     head: h,
                     len: n,
                     first_marked,
+                    graph_running,
                 } = q;
                 let since = h
                     .launch_ns
@@ -473,7 +503,8 @@ impl JournalCursor {
                 // marks are current), or nothing else is unfinished on its stream.
                 let exact = !marks_mode
                     || (h.flags & FLAG_MARKED != 0 && marks_stale_ms.is_none())
-                    || n == 1;
+                    || n == 1
+                    || graph_running;
                 // Stale marks: a later mark may have passed unseen, so the window runs to the
                 // stream's newest launch.
                 let first_marked = if marks_stale_ms.is_some() {
@@ -561,6 +592,11 @@ impl JournalCursor {
         exec_id: u32,
         correlation: u64,
     ) -> GraphProgress {
+        if self.marks_mode
+            && let Some(p) = graphs.and_then(|g| marks_progress(view, g, exec_id))
+        {
+            return p;
+        }
         let graph_id = graphs.and_then(|g| g.source_of(exec_id));
         let done: HashSet<u64> = self
             .nodes_done
@@ -579,14 +615,7 @@ impl JournalCursor {
         let not_completed: Vec<GraphNodeView> = nodes
             .iter()
             .filter(|n| !done.contains(&n.id))
-            .map(|n| {
-                let kernel = view.name(n.name_id).unwrap_or_else(|| "?".into());
-                GraphNodeView {
-                    node_id: n.id,
-                    kernel_demangled: demangle(&kernel),
-                    kernel,
-                }
-            })
+            .map(|n| node_view(view, n))
             .collect();
         GraphProgress {
             exec_id,
@@ -595,8 +624,94 @@ impl JournalCursor {
             completed: nodes.len() - not_completed.len(),
             not_completed,
             node_progress,
+            marks: None,
         }
     }
+}
+
+fn node_view(view: &JournalView, n: &crate::journal::GraphNode) -> GraphNodeView {
+    let kernel = view.name(n.name_id).unwrap_or_else(|| "?".into());
+    GraphNodeView {
+        node_id: n.id,
+        kernel_demangled: demangle(&kernel),
+        kernel,
+        position: n.position,
+        grid: n.grid,
+        block: n.block,
+    }
+}
+
+/// Exec `exec_id`'s graph mark words when a replay of it has begun and not finished (a word
+/// still 0 after the replay's reset); `None` when it carries no marks or no replay is
+/// under way (every word 1: its last replay's, or the value words start at).
+fn started_replay(
+    view: &JournalView,
+    graphs: &crate::journal::Graphs,
+    exec_id: u32,
+) -> Option<(crate::journal::ExecMarks, Vec<u32>)> {
+    let m = graphs.marks_of(exec_id)?;
+    let words = view.graph_mark_words(m.first, m.words)?;
+    words.contains(&0).then_some((m, words))
+}
+
+/// A begun replay's progress by its graph marks: per branch, the kernel nodes known done and
+/// the group of the first not known done (`GraphMarkProgress`).
+fn marks_progress(
+    view: &JournalView,
+    graphs: &crate::journal::Graphs,
+    exec_id: u32,
+) -> Option<GraphProgress> {
+    let (m, words) = started_replay(view, graphs, exec_id)?;
+    let graph_id = graphs.source_of(exec_id)?;
+    let mut nodes: Vec<&crate::journal::GraphNode> = graphs
+        .kernel_nodes(graph_id)
+        .filter(|n| n.position != 0)
+        .collect();
+    nodes.sort_by_key(|n| n.position);
+    let done = |n: &crate::journal::GraphNode| {
+        n.mark != 0 && words.get(n.mark as usize - 1).is_some_and(|&w| w != 0)
+    };
+    let mut kernels_per_mark = 1;
+    let mut branches: Vec<crate::model::kernels::BranchProgress> = Vec::new();
+    for b in 0..m.branches.min(4096) {
+        let of_branch: Vec<_> = nodes.iter().filter(|n| n.branch == b).copied().collect();
+        for n in &of_branch {
+            let group = of_branch.iter().filter(|o| o.mark == n.mark).count();
+            kernels_per_mark = kernels_per_mark.max(group);
+        }
+        let Some(first) = of_branch.iter().find(|n| !done(n)) else {
+            continue;
+        };
+        let candidates: Vec<GraphNodeView> = of_branch
+            .iter()
+            .filter(|n| n.mark == first.mark)
+            .map(|n| node_view(view, n))
+            .collect();
+        branches.push(crate::model::kernels::BranchProgress {
+            branch: b,
+            kernel_nodes: of_branch.len(),
+            done: of_branch.iter().filter(|n| done(n)).count(),
+            exact: candidates.len() == 1,
+            candidates,
+        });
+    }
+    let not_completed: Vec<GraphNodeView> = nodes
+        .iter()
+        .filter(|n| !done(n))
+        .map(|n| node_view(view, n))
+        .collect();
+    Some(GraphProgress {
+        exec_id,
+        graph_id: Some(graph_id),
+        kernel_nodes: nodes.len(),
+        completed: nodes.len() - not_completed.len(),
+        not_completed,
+        node_progress: true,
+        marks: Some(crate::model::kernels::GraphMarkProgress {
+            branches,
+            kernels_per_mark,
+        }),
+    })
 }
 
 /// A kernel (or graph node) completion record.

@@ -79,6 +79,22 @@ pub struct GraphNode {
     pub original: u64,
     pub graph_id: u32,
     pub name_id: u32,
+    /// Where the graph marks put it (`GraphSlot`'s fields; 0 when not placed): its place in
+    /// launch order (from 1), its branch, its mark word (relative to its exec's, + 1).
+    pub position: u32,
+    pub branch: u32,
+    pub mark: u32,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+}
+
+/// An executable graph whose replays carry graph marks: its words in the journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecMarks {
+    pub exec_id: u32,
+    pub first: u32,
+    pub words: u32,
+    pub branches: u32,
 }
 
 /// The journal's graph table.
@@ -89,12 +105,21 @@ pub struct Graphs {
     pub nodes: Vec<GraphNode>,
     /// (executable graph id, the graph it was instantiated from).
     pub execs: Vec<(u32, u32)>,
+    pub exec_marks: Vec<ExecMarks>,
 }
 
 impl Graphs {
     /// The graph executable `exec_id` was instantiated from.
     pub fn source_of(&self, exec_id: u32) -> Option<u32> {
         self.execs.iter().find(|e| e.0 == exec_id).map(|e| e.1)
+    }
+
+    /// The graph mark words of executable graph `exec_id`, if its replays carry them.
+    pub fn marks_of(&self, exec_id: u32) -> Option<ExecMarks> {
+        self.exec_marks
+            .iter()
+            .find(|e| e.exec_id == exec_id)
+            .copied()
     }
 
     /// Kernel nodes of graph `graph_id` (not clones of them), in id order.
@@ -239,15 +264,52 @@ impl JournalView {
                     original: a.original,
                     graph_id: a.graph_id,
                     name_id: a.name_id,
+                    position: a.position,
+                    branch: a.branch,
+                    mark: a.mark,
+                    grid: a.grid,
+                    block: a.block,
                 }),
                 GRAPH_EXEC if a.key & GRAPH_EXEC_KEY != 0 => {
-                    g.execs.push(((a.key & !GRAPH_EXEC_KEY) as u32, a.graph_id));
+                    let exec_id = (a.key & !GRAPH_EXEC_KEY) as u32;
+                    g.execs.push((exec_id, a.graph_id));
+                    if a.position != 0 && a.mark != 0 {
+                        g.exec_marks.push(ExecMarks {
+                            exec_id,
+                            first: a.position - 1,
+                            words: a.mark,
+                            branches: a.branch,
+                        });
+                    }
                 }
                 _ => {}
             }
         }
         g.nodes.sort_by_key(|n| n.id);
         g
+    }
+
+    /// Graph mark words `first..first+n` as the GPU left them; `None` when the range is not
+    /// inside the section (an exec slot the writer got wrong, or a hostile one).
+    pub fn graph_mark_words(&self, first: u32, n: u32) -> Option<Vec<u32>> {
+        let end = first.checked_add(n)?;
+        if n == 0 || end > self.layout.graph_marks_cap() {
+            return None;
+        }
+        Some(
+            (first..end)
+                .map(|i| {
+                    // Whole words only (atomic 64-bit loads); the section starts on a page.
+                    let off = self.layout.graph_marks_off() + 4 * u64::from(i);
+                    let w: u64 = self.read(off & !7);
+                    if off.is_multiple_of(8) {
+                        w as u32
+                    } else {
+                        (w >> 32) as u32
+                    }
+                })
+                .collect(),
+        )
     }
 
     pub fn heartbeat_ns(&self) -> u64 {

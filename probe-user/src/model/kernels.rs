@@ -29,9 +29,35 @@ pub struct GraphProgress {
     /// Kernel nodes with no completion yet, in node order: the first is the one running (or
     /// stuck) when the graph is a chain.
     pub not_completed: Vec<GraphNodeView>,
-    /// Whether node completions are recorded (the exact mode). With marks only the graph
-    /// launch's own end is known: every kernel node is listed, none known done.
+    /// Whether node progress is known: node completions (the exact mode), or graph marks
+    /// (`marks`). Without either only the graph launch's own end is known: every kernel node
+    /// is listed, none known done.
     pub node_progress: bool,
+    /// Graph marks (the default mode): where the replay running now stands, per branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub marks: Option<GraphMarkProgress>,
+}
+
+/// Where a replay stands by its graph marks: each branch (a chain of kernel nodes, each
+/// waiting for the one before) with kernel nodes not known done.
+#[derive(Clone, Debug, Serialize)]
+pub struct GraphMarkProgress {
+    pub branches: Vec<BranchProgress>,
+    /// Kernel nodes a mark covers at most (the candidates' bound).
+    pub kernels_per_mark: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BranchProgress {
+    pub branch: u32,
+    pub kernel_nodes: usize,
+    /// Kernel nodes of the branch known done in this replay.
+    pub done: usize,
+    /// The first not known done and the rest of its mark's group: the stuck (or running)
+    /// node of the branch is one of them, the first unless it completed since.
+    pub candidates: Vec<GraphNodeView>,
+    /// One candidate: named exactly.
+    pub exact: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -39,6 +65,21 @@ pub struct GraphNodeView {
     pub node_id: u64,
     pub kernel: String,
     pub kernel_demangled: Option<String>,
+    /// Its place in the graph's launch order (from 1; 0: not known).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub position: u32,
+    #[serde(skip_serializing_if = "is_unknown_dims")]
+    pub grid: [u32; 3],
+    #[serde(skip_serializing_if = "is_unknown_dims")]
+    pub block: [u32; 3],
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_unknown_dims(d: &[u32; 3]) -> bool {
+    *d == [0; 3]
 }
 
 /// The head of one stream's queue.

@@ -373,6 +373,47 @@ impl Report {
                     }
                 }
                 if let Some(g) = &k.graph
+                    && let Some(m) = &g.marks
+                {
+                    writeln!(
+                        out,
+                        "      graph launch: exec {} (graph {}), {} of {} kernel nodes done by the graph marks (one mark per ≤ {} kernel nodes):",
+                        g.exec_id,
+                        g.graph_id.map_or("?".into(), |id| id.to_string()),
+                        g.completed,
+                        g.kernel_nodes,
+                        m.kernels_per_mark
+                    )?;
+                    for b in &m.branches {
+                        writeln!(
+                            out,
+                            "        branch {}: {} of {} done; {}:",
+                            b.branch,
+                            b.done,
+                            b.kernel_nodes,
+                            if b.exact {
+                                "stuck or running"
+                            } else {
+                                "stuck or running: the first of these not completed"
+                            }
+                        )?;
+                        for n in &b.candidates {
+                            writeln!(
+                                out,
+                                "          #{} {} grid {}x{}x{} block {}x{}x{} (node {})",
+                                n.position,
+                                n.kernel_demangled.as_deref().unwrap_or(&n.kernel),
+                                n.grid[0],
+                                n.grid[1],
+                                n.grid[2],
+                                n.block[0],
+                                n.block[1],
+                                n.block[2],
+                                n.node_id
+                            )?;
+                        }
+                    }
+                } else if let Some(g) = &k.graph
                     && !g.node_progress
                 {
                     writeln!(
@@ -392,7 +433,9 @@ impl Report {
                         g.kernel_nodes
                     )?;
                 }
-                if let Some(g) = &k.graph {
+                if let Some(g) = &k.graph
+                    && g.marks.is_none()
+                {
                     for n in &g.not_completed {
                         writeln!(
                             out,

@@ -139,6 +139,53 @@ pub fn list_candidates(head: &StreamHead) -> String {
     line
 }
 
+/// A replay's position by its graph marks: the stuck (or running) node of each unfinished
+/// branch, exactly or among its mark's group.
+fn graph_marks_line(g: &crate::model::kernels::GraphProgress) -> String {
+    let Some(m) = &g.marks else {
+        return String::new();
+    };
+    let node = |n: &crate::model::kernels::GraphNodeView| {
+        let name = n.kernel_demangled.as_deref().unwrap_or(&n.kernel);
+        if n.grid == [0; 3] {
+            format!("#{} {name}", n.position)
+        } else {
+            format!(
+                "#{} {name} (grid {}x{}x{}, block {}x{}x{})",
+                n.position, n.grid[0], n.grid[1], n.grid[2], n.block[0], n.block[1], n.block[2]
+            )
+        }
+    };
+    let branch = |b: &crate::model::kernels::BranchProgress| match b.candidates.as_slice() {
+        [one] => format!("kernel node {} has not completed", node(one)),
+        many => format!(
+            "one of kernel nodes {} has not completed (the first, unless it finished since the last mark)",
+            many.iter().map(node).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let mut line = format!("graph launch (exec {}): ", g.exec_id);
+    match m.branches.as_slice() {
+        [] => line.push_str("its kernel nodes are done (a node after them runs)"),
+        [b] => line.push_str(&branch(b)),
+        bs => {
+            let parts: Vec<String> = bs
+                .iter()
+                .map(|b| format!("branch {}: {}", b.branch, branch(b)))
+                .collect();
+            line.push_str(&format!(
+                "{} branches unfinished — {}",
+                bs.len(),
+                parts.join("; ")
+            ));
+        }
+    }
+    line.push_str(&format!(
+        " ({} of {} kernel nodes done by the graph marks)",
+        g.completed, g.kernel_nodes
+    ));
+    line
+}
+
 /// One line saying what the longest stuck head is, for the verdict's summary.
 pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
     if !head.exact {
@@ -163,6 +210,7 @@ pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
         );
     }
     let what = match &head.graph {
+        Some(g) if g.marks.is_some() => graph_marks_line(g),
         Some(g) if !g.node_progress => format!(
             "graph launch (exec {}) of {} kernel nodes ({}…; node progress is not recorded with stream marks: WEDGEPROBE_SHIM_RECORD=exact names the node)",
             g.exec_id,

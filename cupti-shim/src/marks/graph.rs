@@ -1,0 +1,597 @@
+//! Marks inside CUDA graph replays, so that the default mode names the stuck node of a graph
+//! (issue 30), not only "graph launch (exec N)".
+//!
+//! Stream marks go between launches, never inside a replay. Measured on the H200 (issue 30,
+//! a chain of 256 kernels): a 64-bit write node *in the chain* after every kernel costs +33% /
+//! +80% (6 µs / 2 µs kernels), ~2.3 µs of GPU time each; a write node as a *leaf* (it depends
+//! on kernel i, nothing depends on it) ~0.15 µs: every 4th kernel +0.8% / +2.0%. So:
+//!
+//! - at instantiation (`hooks::calls`, before the driver's `cuGraphInstantiate*`), the user's
+//!   graph gets one leaf write node after every `every`-th kernel of each branch (a chain of
+//!   kernel nodes, each waiting for the one before) and after each branch's last, writing 1
+//!   into the exec's own mark word, plus one in-chain reset node before every root that sets
+//!   the exec's words to 0; the driver instantiates that; then the nodes are taken out of the
+//!   user's graph again (the exec keeps them, the user's node handles stay valid for
+//!   `cuGraphExecKernelNodeSetParams`);
+//! - graph launches on a stream run in order, so replay N+1's reset runs only after replay N
+//!   finished: while a replay is stuck, its words say which of its groups completed, and
+//!   queued replays cannot touch them. Words start at 1 ("no replay started"), so a replay
+//!   not yet begun is never taken for a stuck one;
+//! - the words live in the journal (`Layout::graph_marks_off`, registered with the driver
+//!   once): wedgeprobe reads them as it reads the rest.
+//!
+//! A stuck replay is then named to the group of ≤ `every` kernel nodes after the last set
+//! word of each branch — exactly where a group holds one kernel (`every` = 1, or a branch's
+//! last). Not covered, and said so: graphs with conditional nodes, device-launched graphs
+//! (their replays start from the GPU, the reset could run concurrently), and the kernels
+//! inside child graph nodes (a child graph node is marked as one node).
+//!
+//! Allocates and calls the driver: instantiation is rare and never on a launch path.
+
+use std::{collections::HashMap, ffi::c_void, sync::Mutex};
+
+use crate::{
+    driver::{
+        self, BatchMemOpNodeParams, MEM_OP_WRITE_VALUE_32, MEM_OP_WRITE_VALUE_64, MemOpWrite,
+    },
+    journal::{ExecMarks, Placement, Writer},
+};
+
+/// `CU_GRAPH_NODE_TYPE_*` (cuda.h).
+const NODE_KERNEL: u32 = 0;
+const NODE_CHILD_GRAPH: u32 = 4;
+const NODE_CONDITIONAL: u32 = 13;
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`.
+pub const INSTANTIATE_DEVICE_LAUNCH: u64 = 4;
+/// Words an exec may take: its reset is one batch node of `MAX_WORDS / 2` 64-bit writes.
+const MAX_WORDS: usize = 512;
+/// Default kernels a mark covers: measured leaf-write price every 4th kernel, +0.8% (6 µs
+/// kernels) and ≤ 4 candidates by construction.
+const DEFAULT_EVERY: u32 = 4;
+/// `CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP`.
+const REGISTER_FLAGS: u32 = 0x01 | 0x02;
+/// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
+const ALREADY_REGISTERED: u32 = 712;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: u32 = 2;
+
+/// What the graph marks keep between instantiations (touched only by instantiations, exec
+/// updates and destructions — rare calls — so one lock).
+struct State {
+    /// Kernels a mark covers (`WEDGEPROBE_GRAPH_MARK_EVERY`, 1..=64; 0 = no graph marks),
+    /// read once.
+    every: Option<u32>,
+    /// Free ranges of the journal's graph mark words (first, len); `None` until first used.
+    free: Option<Vec<(u32, u32)>>,
+    /// The words' device address once registered (0: not yet; u64::MAX: registration
+    /// failed, graph marks off).
+    device_base: u64,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    every: None,
+    free: None,
+    device_base: 0,
+});
+
+/// Sets the kernels a mark covers (a measurement switch, `crate::measure`); the value before.
+pub fn set_every(every: u32) -> u32 {
+    STATE.lock().map_or(0, |mut s| {
+        let before = self::every(&mut s);
+        s.every = Some(every.min(64));
+        before
+    })
+}
+
+fn every(state: &mut State) -> u32 {
+    *state.every.get_or_insert_with(|| {
+        std::env::var("WEDGEPROBE_GRAPH_MARK_EVERY")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .map_or(DEFAULT_EVERY, |v| v.min(64))
+    })
+}
+
+/// Where the marks go in one graph: its marked nodes (kernel and child graph nodes) in launch
+/// order, the node each mark word follows, the roots the reset precedes.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    /// (node, is a kernel node, placement without dimensions).
+    pub nodes: Vec<(usize, bool, Placement)>,
+    /// Mark word k (relative) follows node `marks[k]`.
+    pub marks: Vec<usize>,
+    pub roots: Vec<usize>,
+    pub branches: u32,
+}
+
+/// What the planner needs of a graph: its nodes with their types, and its edges.
+pub struct Shape {
+    pub nodes: Vec<(usize, u32)>,
+    pub edges: Vec<(usize, usize)>,
+}
+
+/// Places marks in a graph of this shape, `every` marked nodes a mark at most (doubled until
+/// the words fit `MAX_WORDS`). `Err` says why the graph gets none.
+pub fn plan(shape: &Shape, every: u32) -> Result<Plan, &'static str> {
+    if every == 0 {
+        return Err("graph marks off (WEDGEPROBE_GRAPH_MARK_EVERY=0)");
+    }
+    if shape.nodes.iter().any(|&(_, t)| t == NODE_CONDITIONAL) {
+        return Err("a graph with conditional nodes is not covered by graph marks");
+    }
+    let index: HashMap<usize, usize> = shape
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &(n, _))| (n, i))
+        .collect();
+    let n = shape.nodes.len();
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for &(from, to) in &shape.edges {
+        let (Some(&f), Some(&t)) = (index.get(&from), index.get(&to)) else {
+            return Err("an edge names a node the graph does not list");
+        };
+        preds[t].push(f);
+        succs[f].push(t);
+    }
+    // Kahn's order, ties by the driver's node order (stable: a captured graph's order).
+    let mut indegree: Vec<usize> = preds.iter().map(Vec::len).collect();
+    let mut ready: std::collections::BTreeSet<usize> =
+        (0..n).filter(|&i| indegree[i] == 0).collect();
+    let roots: Vec<usize> = ready.iter().map(|&i| shape.nodes[i].0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &s in &succs[i] {
+            indegree[s] -= 1;
+            if indegree[s] == 0 {
+                ready.insert(s);
+            }
+        }
+    }
+    if order.len() != n {
+        return Err("the graph has a cycle");
+    }
+    let marked = |i: usize| matches!(shape.nodes[i].1, NODE_KERNEL | NODE_CHILD_GRAPH);
+    // Per node: the marked nodes it waits for directly (through unmarked nodes).
+    let mut frontier: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut branch_of: Vec<usize> = vec![usize::MAX; n];
+    let mut branches: Vec<Vec<usize>> = Vec::new();
+    for &i in &order {
+        let mut f: Vec<usize> = Vec::new();
+        for &p in &preds[i] {
+            if marked(p) {
+                f.push(p);
+            } else {
+                f.extend_from_slice(&frontier[p]);
+            }
+        }
+        f.sort_unstable();
+        f.dedup();
+        if marked(i) {
+            // A node continues its one predecessor's branch when that predecessor is still
+            // the branch's last: then each node of a branch waits for the one before.
+            let b = match f.as_slice() {
+                [p] if branches[branch_of[*p]].last() == Some(p) => branch_of[*p],
+                _ => {
+                    branches.push(Vec::new());
+                    branches.len() - 1
+                }
+            };
+            branch_of[i] = b;
+            branches[b].push(i);
+        }
+        frontier[i] = f;
+    }
+    let mut every = every as usize;
+    while branches
+        .iter()
+        .map(|b| b.len().div_ceil(every))
+        .sum::<usize>()
+        > MAX_WORDS
+    {
+        every *= 2;
+    }
+    let mut placement: HashMap<usize, Placement> = HashMap::new();
+    let mut marks = Vec::new();
+    for (b, nodes) in branches.iter().enumerate() {
+        for group in nodes.chunks(every) {
+            marks.push(*group.last().unwrap_or(&0));
+            for &i in group {
+                placement.insert(
+                    i,
+                    Placement {
+                        branch: b as u32,
+                        mark: marks.len() as u32,
+                        ..Placement::default()
+                    },
+                );
+            }
+        }
+    }
+    let mut position = 0u32;
+    let nodes = order
+        .iter()
+        .filter(|&&i| marked(i))
+        .map(|&i| {
+            position += 1;
+            let p = Placement {
+                position,
+                ..placement.get(&i).copied().unwrap_or_default()
+            };
+            (shape.nodes[i].0, shape.nodes[i].1 == NODE_KERNEL, p)
+        })
+        .collect();
+    Ok(Plan {
+        nodes,
+        marks: marks.iter().map(|&i| shape.nodes[i].0).collect(),
+        roots,
+        branches: branches.len() as u32,
+    })
+}
+
+/// The graph's nodes and edges as the driver reports them.
+pub fn shape_of(graph: usize) -> Result<Shape, &'static str> {
+    let d = driver::driver();
+    let (Some(get_nodes), Some(node_type), Some(get_edges)) =
+        (d.graph_get_nodes, d.graph_node_type, d.graph_get_edges)
+    else {
+        return Err("libcuda lacks cuGraphGetNodes, cuGraphNodeGetType or cuGraphGetEdges");
+    };
+    let g = graph as *mut c_void;
+    let mut n = 0usize;
+    // SAFETY: a graph handle the caller passed to the driver; a null array asks for the count.
+    if unsafe { get_nodes(g, std::ptr::null_mut(), &mut n) } != 0 {
+        return Err("cuGraphGetNodes failed");
+    }
+    let mut nodes = vec![std::ptr::null_mut::<c_void>(); n];
+    // SAFETY: an array of `n` node handles.
+    if n > 0 && unsafe { get_nodes(g, nodes.as_mut_ptr(), &mut n) } != 0 {
+        return Err("cuGraphGetNodes failed");
+    }
+    nodes.truncate(n);
+    let mut typed = Vec::with_capacity(n);
+    for &node in &nodes {
+        let mut t = u32::MAX;
+        // SAFETY: a node of the graph; out-pointer.
+        if unsafe { node_type(node, &mut t) } != 0 {
+            return Err("cuGraphNodeGetType failed");
+        }
+        typed.push((node as usize, t));
+    }
+    let mut e = 0usize;
+    // SAFETY: null arrays ask for the count.
+    if unsafe { get_edges(g, std::ptr::null_mut(), std::ptr::null_mut(), &mut e) } != 0 {
+        return Err("cuGraphGetEdges failed");
+    }
+    let mut from = vec![std::ptr::null_mut::<c_void>(); e];
+    let mut to = vec![std::ptr::null_mut::<c_void>(); e];
+    // SAFETY: two arrays of `e` handles.
+    if e > 0 && unsafe { get_edges(g, from.as_mut_ptr(), to.as_mut_ptr(), &mut e) } != 0 {
+        return Err("cuGraphGetEdges failed");
+    }
+    let edges = from
+        .iter()
+        .zip(&to)
+        .take(e)
+        .map(|(&f, &t)| (f as usize, t as usize))
+        .collect();
+    Ok(Shape {
+        nodes: typed,
+        edges,
+    })
+}
+
+/// Takes `n` words (rounded up to an even count, at an even index: the reset writes 64 bits).
+fn take_words(state: &mut State, w: &Writer, n: u32) -> Option<u32> {
+    let n = n.div_ceil(2) * 2;
+    let free = state
+        .free
+        .get_or_insert_with(|| vec![(0, w.graph_mark_words().1)]);
+    let i = free.iter().position(|&(_, len)| len >= n)?;
+    let (first, len) = free[i];
+    if len == n {
+        free.remove(i);
+    } else {
+        free[i] = (first + n, len - n);
+    }
+    Some(first)
+}
+
+/// Gives words back (an exec destroyed, or an instantiation that failed).
+pub fn give_words(first: u32, n: u32) {
+    let n = n.div_ceil(2) * 2;
+    if n == 0 {
+        return;
+    }
+    let Ok(mut state) = STATE.lock() else {
+        return;
+    };
+    let Some(free) = state.free.as_mut() else {
+        return;
+    };
+    free.push((first, n));
+    free.sort_unstable();
+    let mut merged: Vec<(u32, u32)> = Vec::with_capacity(free.len());
+    for &(f, l) in free.iter() {
+        match merged.last_mut() {
+            Some((mf, ml)) if *mf + *ml == f => *ml += l,
+            _ => merged.push((f, l)),
+        }
+    }
+    *free = merged;
+}
+
+/// The words' device address, registering them with the driver the first time (this thread's
+/// capture mode relaxed for the call, so a capture elsewhere is never invalidated).
+fn device_base(state: &mut State, w: &Writer) -> Result<u64, &'static str> {
+    match state.device_base {
+        0 => {}
+        u64::MAX => return Err("graph marks off: registering their words failed"),
+        base => return Ok(base),
+    }
+    let d = driver::driver();
+    let (Some(register), Some(dev_ptr), Some(exchange)) = (
+        d.host_register,
+        d.host_device_pointer,
+        d.exchange_capture_mode,
+    ) else {
+        state.device_base = u64::MAX;
+        return Err("graph marks off: libcuda lacks cuMemHostRegister_v2");
+    };
+    let (host, words) = w.graph_mark_words();
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: an in/out pointer to a valid mode; restored below.
+    let relaxed = unsafe { exchange(&mut mode) } == 0;
+    // SAFETY: the journal's page-aligned word section, mapped for the process's life.
+    let r = unsafe { register(host.cast(), words as usize * 4, REGISTER_FLAGS) };
+    let mut base = 0u64;
+    let ok = (r == 0 || r == ALREADY_REGISTERED)
+        // SAFETY: registered host memory; out-pointer.
+        && unsafe { dev_ptr(&mut base, host.cast(), 0) } == 0
+        && base != 0;
+    if relaxed {
+        // SAFETY: restores the mode this thread had.
+        unsafe { exchange(&mut mode) };
+    }
+    if !ok {
+        state.device_base = u64::MAX;
+        return Err("graph marks off: cuMemHostRegister of their words failed");
+    }
+    state.device_base = base;
+    Ok(base)
+}
+
+/// Marks added to a user's graph for one instantiation (or exec update): taken out again
+/// with `remove` once the driver has built the exec.
+#[derive(Debug)]
+pub struct Added {
+    pub graph: usize,
+    pub plan: Plan,
+    pub first: u32,
+    pub words: u32,
+    nodes: Vec<usize>,
+}
+
+impl Added {
+    pub fn marks(&self) -> ExecMarks {
+        ExecMarks {
+            first: self.first,
+            words: self.words,
+            branches: self.plan.branches,
+        }
+    }
+
+    /// Takes our nodes out of the user's graph.
+    pub fn remove(&mut self) {
+        if let Some(destroy) = driver::driver().graph_destroy_node {
+            for &n in &self.nodes {
+                // SAFETY: a node we added to the graph and nothing else references.
+                unsafe { destroy(n as *mut c_void) };
+            }
+        }
+        self.nodes.clear();
+    }
+}
+
+/// Adds marks to `graph` before it is instantiated: into fresh words (`reuse: None`), or into
+/// an exec's words (`Some((first, words))`: a `cuGraphExecUpdate` of a marked exec, whose
+/// topology the update must find again — `Err` when the plan does not come out the same).
+pub fn add(
+    w: &Writer,
+    graph: usize,
+    ctx: usize,
+    reuse: Option<(u32, u32)>,
+) -> Result<Added, &'static str> {
+    let mut state = STATE
+        .lock()
+        .map_err(|_| "graph marks off: their lock was poisoned")?;
+    let plan = plan(&shape_of(graph)?, every(&mut state))?;
+    let words = plan.marks.len() as u32;
+    if words == 0 {
+        return Err("no kernel nodes to mark");
+    }
+    let base = device_base(&mut state, w)?;
+    let first = match reuse {
+        Some((first, n)) if n == words => first,
+        Some(_) => return Err("the updated graph's marks do not match the exec's"),
+        None => {
+            let first =
+                take_words(&mut state, w, words).ok_or("graph marks full: no words left")?;
+            w.set_graph_mark_words(first, words, 1);
+            first
+        }
+    };
+    drop(state);
+    let mut added = Added {
+        graph,
+        plan,
+        first,
+        words,
+        nodes: Vec::new(),
+    };
+    if let Err(e) = put_nodes(&mut added, base, ctx) {
+        added.remove();
+        if reuse.is_none() {
+            give_words(first, words);
+        }
+        return Err(e);
+    }
+    Ok(added)
+}
+
+fn put_nodes(a: &mut Added, base: u64, ctx: usize) -> Result<(), &'static str> {
+    let d = driver::driver();
+    let (Some(add_memop), Some(add_deps)) =
+        (d.graph_add_batch_mem_op_node, d.graph_add_dependencies)
+    else {
+        return Err("libcuda lacks cuGraphAddBatchMemOpNode or cuGraphAddDependencies");
+    };
+    let word = |k: u32| base + 4 * u64::from(a.first + k);
+    let g = a.graph as *mut c_void;
+    let add = |ops: &[MemOpWrite], deps: &[usize]| -> Result<usize, &'static str> {
+        let params = BatchMemOpNodeParams {
+            ctx: ctx as *mut c_void,
+            count: ops.len() as u32,
+            ops: ops.as_ptr(),
+            flags: 0,
+        };
+        let mut node: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the user's graph (not being instantiated yet), handles of its nodes, ops
+        // writing the journal's registered words.
+        let r = unsafe { add_memop(&mut node, g, deps.as_ptr().cast(), deps.len(), &params) };
+        if r != 0 || node.is_null() {
+            return Err("cuGraphAddBatchMemOpNode failed");
+        }
+        Ok(node as usize)
+    };
+    let reset: Vec<MemOpWrite> = (0..a.words.div_ceil(2))
+        .map(|k| MemOpWrite {
+            operation: MEM_OP_WRITE_VALUE_64,
+            address: word(2 * k),
+            ..MemOpWrite::default()
+        })
+        .collect();
+    let reset_node = add(&reset, &[])?;
+    a.nodes.push(reset_node);
+    let from = vec![reset_node; a.plan.roots.len()];
+    if !a.plan.roots.is_empty()
+        // SAFETY: nodes of the graph, `roots.len()` of each.
+        && unsafe {
+            add_deps(
+                g,
+                from.as_ptr().cast(),
+                a.plan.roots.as_ptr().cast(),
+                from.len(),
+            )
+        } != 0
+    {
+        return Err("cuGraphAddDependencies failed");
+    }
+    for k in 0..a.words {
+        let op = MemOpWrite {
+            operation: MEM_OP_WRITE_VALUE_32,
+            address: word(k),
+            value: 1,
+            ..MemOpWrite::default()
+        };
+        let after = a.plan.marks[k as usize];
+        let node = add(std::slice::from_ref(&op), &[after])?;
+        a.nodes.push(node);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(nodes: &[(usize, u32)], edges: &[(usize, usize)]) -> Shape {
+        Shape {
+            nodes: nodes.to_vec(),
+            edges: edges.to_vec(),
+        }
+    }
+
+    fn chain(n: usize) -> Shape {
+        let nodes: Vec<(usize, u32)> = (1..=n).map(|i| (i, NODE_KERNEL)).collect();
+        let edges: Vec<(usize, usize)> = (1..n).map(|i| (i, i + 1)).collect();
+        shape(&nodes, &edges)
+    }
+
+    #[test]
+    fn a_chain_gets_a_mark_after_every_fourth_kernel_and_after_its_last() {
+        let p = plan(&chain(10), 4).unwrap();
+        assert_eq!(p.marks, vec![4, 8, 10]);
+        assert_eq!(p.roots, vec![1]);
+        assert_eq!(p.branches, 1);
+        let marks: Vec<u32> = p.nodes.iter().map(|n| n.2.mark).collect();
+        assert_eq!(marks, vec![1, 1, 1, 1, 2, 2, 2, 2, 3, 3]);
+        let positions: Vec<u32> = p.nodes.iter().map(|n| n.2.position).collect();
+        assert_eq!(positions, (1..=10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_fork_makes_branches_each_marked_on_its_own() {
+        // 1 → {2 → 3, 4 → 5} → 6 (a join): three branches — [1,2,3], [4,5], [6].
+        let k = NODE_KERNEL;
+        let s = shape(
+            &[(1, k), (2, k), (3, k), (4, k), (5, k), (6, k)],
+            &[(1, 2), (2, 3), (1, 4), (4, 5), (3, 6), (5, 6)],
+        );
+        let p = plan(&s, 4).unwrap();
+        assert_eq!(p.branches, 3);
+        let by_node: HashMap<usize, Placement> = p.nodes.iter().map(|n| (n.0, n.2)).collect();
+        assert_eq!(by_node[&2].branch, by_node[&3].branch);
+        assert_eq!(by_node[&4].branch, by_node[&5].branch);
+        assert_ne!(by_node[&3].branch, by_node[&5].branch);
+        assert_ne!(by_node[&6].branch, by_node[&3].branch);
+        assert_eq!(p.marks.len(), 3);
+    }
+
+    #[test]
+    fn unmarked_nodes_between_kernels_keep_the_branch() {
+        // kernel 1 → memset 2 → kernel 3: one branch of two kernels.
+        let s = shape(
+            &[(1, NODE_KERNEL), (2, 2), (3, NODE_KERNEL)],
+            &[(1, 2), (2, 3)],
+        );
+        let p = plan(&s, 1).unwrap();
+        assert_eq!(p.branches, 1);
+        assert_eq!(p.marks, vec![1, 3]);
+    }
+
+    #[test]
+    fn conditional_graphs_are_refused_and_huge_ones_grouped_to_fit() {
+        let s = shape(&[(1, NODE_KERNEL), (2, NODE_CONDITIONAL)], &[(1, 2)]);
+        assert!(plan(&s, 4).is_err());
+        let p = plan(&chain(4000), 4).unwrap();
+        assert!(p.marks.len() <= MAX_WORDS);
+        assert_eq!(p.marks.last(), Some(&4000));
+    }
+
+    #[test]
+    fn words_are_taken_even_and_merged_when_given_back() {
+        let mut mem = vec![0u64; probe_common::journal::Layout::DEFAULT.total_size() as usize / 8];
+        // SAFETY: zeroed, 8-aligned, large enough, outlives the writer.
+        let w = unsafe {
+            Writer::create(
+                std::ptr::NonNull::new(mem.as_mut_ptr().cast()).unwrap(),
+                probe_common::journal::Layout::DEFAULT,
+                1,
+                1,
+                1,
+            )
+        };
+        let take = |n| take_words(&mut STATE.lock().unwrap(), &w, n);
+        let a = take(3).unwrap();
+        let b = take(1).unwrap();
+        assert_eq!(a % 2, 0);
+        assert_eq!(b, a + 4);
+        give_words(a, 3);
+        give_words(b, 1);
+        assert_eq!(take(6), Some(a));
+        give_words(a, 6);
+    }
+}

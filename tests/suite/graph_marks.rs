@@ -1,0 +1,220 @@
+//! The stuck node of a CUDA graph in the default mode (issue 30): the shim's graph marks
+//! (cupti-shim/src/marks/graph.rs) on the simulated driver's graph API, for each graph shape
+//! the issue names — a chain with the stuck kernel early, in the middle and last, after
+//! healthy replays of the same exec; branches; a child graph; an exec updated in place —
+//! and the graph's "output" (the kernels run, in order) unchanged by the marks.
+
+use std::io::Read;
+
+use super::*;
+
+/// A `simworker graph` run with the shim (marks mode, the default) and `env`; waits until the
+/// report calls it a kernel wedge and returns that report's first head.
+fn stuck_head(env: &[(&str, &str)]) -> serde_json::Value {
+    let shim = shim_path();
+    let mut all: Vec<(&str, &str)> = vec![
+        ("CUDA_INJECTION64_PATH", &shim),
+        ("SIMCUDA_RELEASE_AFTER_S", "12"),
+        // Two healthy replays of the same exec first: their marks set every word, and the
+        // third replay's reset must clear them.
+        ("SIMCUDA_WEDGE_ON_RUN", "3"),
+    ];
+    all.extend_from_slice(env);
+    let w = Worker::spawn(&["graph", "10"], &all);
+    w.wait_for_cuda();
+    let mut last = serde_json::Value::Null;
+    let wedged = wait_until(secs(8.0), || {
+        last = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+        last["verdict"]["kind"] == "kernel_wedge"
+    });
+    assert!(wedged, "{env:?}: no kernel wedge: {}", last["verdict"]);
+    last["kernels"][0].clone()
+}
+
+fn names(nodes: &serde_json::Value) -> Vec<String> {
+    nodes
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {nodes}"))
+        .iter()
+        .map(|n| n["kernel"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_stuck_node_early_in_the_middle_and_last_is_among_at_most_four_candidates() {
+    require_root!();
+    for (at, wedge) in [
+        ("0", "graph_k0_wedge"),
+        ("5", "graph_k5_wedge"),
+        ("11", "graph_k11_wedge"),
+    ] {
+        let head = stuck_head(&[("SIMWORKER_GRAPH_WEDGE_AT", at)]);
+        assert_eq!(head["exact"], true, "at {at}: {head}");
+        let g = &head["graph"];
+        let branches = g["marks"]["branches"]
+            .as_array()
+            .unwrap_or_else(|| panic!("at {at}: {g}"));
+        assert_eq!(branches.len(), 1, "at {at}: {g}");
+        let candidates = names(&branches[0]["candidates"]);
+        assert!(candidates.len() <= 4, "at {at}: {candidates:?}");
+        assert!(
+            candidates.contains(&wedge.to_string()),
+            "at {at}: {candidates:?}"
+        );
+        // The nodes before the candidates' group are known done.
+        let first = branches[0]["candidates"][0]["position"].as_u64().unwrap();
+        assert_eq!(
+            branches[0]["done"].as_u64().unwrap(),
+            first - 1,
+            "at {at}: {g}"
+        );
+        assert_eq!(g["kernel_nodes"], 12, "at {at}");
+    }
+}
+
+#[test]
+fn a_mark_after_every_kernel_names_the_stuck_node_exactly_with_its_shape() {
+    require_root!();
+    let head = stuck_head(&[
+        ("SIMWORKER_GRAPH_WEDGE_AT", "6"),
+        ("WEDGEPROBE_GRAPH_MARK_EVERY", "1"),
+    ]);
+    let b = &head["graph"]["marks"]["branches"][0];
+    assert_eq!(b["exact"], true, "{head}");
+    assert_eq!(names(&b["candidates"]), vec!["graph_k6_wedge"], "{head}");
+    let n = &b["candidates"][0];
+    assert_eq!(n["position"], 7);
+    assert_eq!(n["grid"], serde_json::json!([70, 1, 1]));
+    assert_eq!(n["block"], serde_json::json!([128, 1, 1]));
+    assert_eq!(b["done"], 6);
+}
+
+#[test]
+fn a_branched_graph_reports_every_unfinished_branch_and_the_stuck_one_among_them() {
+    require_root!();
+    // A root, two branches of five, a join: the second branch's third kernel wedges.
+    let head = stuck_head(&[
+        ("SIMWORKER_GRAPH_SHAPE", "branches"),
+        ("SIMWORKER_GRAPH_WEDGE_AT", "8"),
+    ]);
+    let g = &head["graph"];
+    let branches = g["marks"]["branches"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{g}"));
+    let stuck: Vec<_> = branches
+        .iter()
+        .filter(|b| names(&b["candidates"]).contains(&"graph_k8_wedge".to_string()))
+        .collect();
+    assert_eq!(stuck.len(), 1, "{g}");
+    assert!(names(&stuck[0]["candidates"]).len() <= 4, "{g}");
+    // The first branch ran to its end (the simulated GPU runs one branch after the other):
+    // it is not listed; the join, waiting for both, is.
+    assert!(
+        branches
+            .iter()
+            .all(|b| !names(&b["candidates"]).contains(&"graph_k1".to_string())),
+        "{g}"
+    );
+    assert!(
+        branches
+            .iter()
+            .any(|b| names(&b["candidates"]) == vec!["graph_k11"]),
+        "{g}"
+    );
+}
+
+#[test]
+fn a_child_graph_node_is_named_as_one_node_and_an_exec_updated_in_place_keeps_its_marks() {
+    require_root!();
+    let head = stuck_head(&[
+        ("SIMWORKER_GRAPH_SHAPE", "child"),
+        ("SIMWORKER_GRAPH_WEDGE_AT", "100"),
+        ("WEDGEPROBE_GRAPH_MARK_EVERY", "1"),
+    ]);
+    let b = &head["graph"]["marks"]["branches"][0];
+    let c = names(&b["candidates"]);
+    assert_eq!(c.len(), 1, "{head}");
+    assert!(c[0].starts_with("(child graph node"), "{c:?}");
+    assert_eq!(b["candidates"][0]["position"], 5, "{head}");
+
+    // cuGraphExecUpdate from a graph of the same shape: the update succeeds with the marks in
+    // (printed by the worker), and the updated kernels are the ones named.
+    let head = stuck_head(&[
+        ("SIMWORKER_GRAPH_WEDGE_AT", "5"),
+        ("SIMWORKER_GRAPH_UPDATE", "1"),
+    ]);
+    let c = names(&head["graph"]["marks"]["branches"][0]["candidates"]);
+    assert!(c.contains(&"graph_updated_k5_wedge".to_string()), "{c:?}");
+}
+
+/// The kernels a `simworker graph` run of 40 replays ran, in order (count and hash).
+fn graph_output(env: &[(&str, &str)]) -> String {
+    let mut w = Worker::spawn_piped(&["graph", "10"], env);
+    let status = w.child.wait().expect("worker");
+    assert!(status.success(), "{env:?}: {status}");
+    let mut out = String::new();
+    w.child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    out.lines()
+        .find(|l| l.starts_with("kernels_run"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string()
+}
+
+#[test]
+fn graph_marks_never_change_what_a_graph_runs() {
+    require_root!();
+    let shim = shim_path();
+    for shape in ["chain", "branches", "child"] {
+        let base = [
+            ("SIMWORKER_GRAPH_SHAPE", shape),
+            ("SIMWORKER_GRAPH_REPLAYS", "40"),
+        ];
+        let without = graph_output(&base);
+        let with_shim_no_marks = graph_output(
+            &[
+                &base[..],
+                &[
+                    ("CUDA_INJECTION64_PATH", &shim),
+                    ("WEDGEPROBE_GRAPH_MARK_EVERY", "0"),
+                ],
+            ]
+            .concat(),
+        );
+        let with_marks = graph_output(&[&base[..], &[("CUDA_INJECTION64_PATH", &shim)]].concat());
+        assert_eq!(without, with_shim_no_marks, "{shape}");
+        assert_eq!(without, with_marks, "{shape}");
+    }
+}
+
+#[test]
+fn a_driver_refusing_the_marked_graph_gets_the_users_graph_instantiated() {
+    require_root!();
+    let shim = shim_path();
+    let log = std::env::temp_dir().join(format!("wp-graph-refused-{}.stderr", std::process::id()));
+    let w = Worker::spawn_logged(
+        &["graph", "10"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_INSTANTIATE_REFUSES_MEMOPS", "1"),
+            ("SIMWORKER_GRAPH_REPLAYS", "40"),
+        ],
+        &log,
+    );
+    let mut w = w;
+    let status = w.child.wait().expect("worker");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        status.success(),
+        "instantiation failed for the user: {status}\n{text}"
+    );
+    assert!(
+        text.contains("the driver refused a graph with graph marks; instantiated without them"),
+        "{text}"
+    );
+}
