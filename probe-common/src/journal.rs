@@ -52,8 +52,8 @@ pub const MAGIC: [u8; 8] = *b"WPJRNL\x00\x05";
 /// `flags` (104 B slots).
 /// 4: per-stream record counts (`MarkSlot::records`, 40 B; claimed in both record modes) and
 /// each ring record's number on its stream (`RingRecord::stream_seq`, 112 B).
-/// 5: graph marks — `GraphSlot` of 64 B (a kernel node's position, branch, mark word, grid
-/// and block; an exec's mark words) and the graph mark words' section after the mark slots.
+/// 5: graph marks — `GraphSlot` of 72 B (a kernel node's position, branch, mark word, grid
+/// and block; an exec's mark words and when they last changed) and the graph mark words' section after the mark slots.
 pub const VERSION: u32 = 5;
 /// Versions this reader knows to be older, to tell "upgrade the shim" from "corrupt".
 pub const OLDER_VERSIONS: [u32; 4] = [1, 2, 3, 4];
@@ -366,6 +366,11 @@ pub struct GraphSlot {
     /// Kernel node: its launch dimensions (0 when not known).
     pub grid: [u32; 3],
     pub block: [u32; 3],
+    /// Exec: CLOCK_MONOTONIC ns since which the shim's flush thread has seen its mark words as
+    /// they are now, while a replay of it is under way (a word 0): within the flush period
+    /// (100 ms), when its last marked kernel completed — or its replay began, none yet (0: no
+    /// replay under way, or none seen; atomic).
+    pub since_ns: u64,
 }
 
 /// Graph mark words per graph table slot (`Layout::graph_marks_cap`): a mark follows at least
@@ -638,12 +643,12 @@ mod tests {
         assert_eq!(offset_of!(Header, record_mode), 232);
         assert_eq!(offset_of!(Header, per_kernel_until_ns), 248);
         assert_eq!(offset_of!(Header, flags), 244);
-        assert_eq!(size_of::<GraphSlot>(), 64);
+        assert_eq!(size_of::<GraphSlot>(), 72);
         assert_eq!(offset_of!(Header, control), 208);
         assert_eq!(size_of::<RingRecord>(), 112);
         assert_eq!(size_of::<NameSlot>(), 256);
         let before_words: u64 =
-            256 + 32 * 1024 + 104 * 8192 + 112 * 16384 + 256 * 4096 + 64 * 4096 + 40 * 1024;
+            256 + 32 * 1024 + 104 * 8192 + 112 * 16384 + 256 * 4096 + 72 * 4096 + 40 * 1024;
         assert_eq!(
             Layout::DEFAULT.graph_marks_off(),
             before_words.div_ceil(4096) * 4096

@@ -69,6 +69,16 @@ fn a_stuck_node_early_in_the_middle_and_last_is_among_at_most_four_candidates() 
             "at {at}: {g}"
         );
         assert_eq!(g["kernel_nodes"], 12, "at {at}");
+        // When the replay last made progress (the flush thread's view): no later than when
+        // the stuck kernel began, so about as long ago as the head has run.
+        let ago = g["marks"]["last_progress_ms_ago"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("at {at}: {g}"));
+        let running = head["running_ms"].as_f64().unwrap();
+        assert!(
+            ago >= 500.0 && ago <= running + 300.0,
+            "at {at}: {ago} ms, running {running} ms"
+        );
     }
 }
 

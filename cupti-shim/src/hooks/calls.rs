@@ -481,6 +481,8 @@ fn instantiated(exec: usize, graph: usize, mut added: Option<marks::graph::Added
             if let (Some(a), Ok(mut book)) = (added, BOOK.lock()) {
                 book.exec_words.retain(|e| e.0 != exec);
                 book.exec_words.push((exec, a.first, a.words));
+                drop(book);
+                marks::graph::track(exec_id, a.first, a.words);
             }
             return;
         }

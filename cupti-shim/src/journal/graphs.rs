@@ -26,6 +26,7 @@ const BRANCH: u64 = core::mem::offset_of!(GraphSlot, branch) as u64;
 const MARK: u64 = core::mem::offset_of!(GraphSlot, mark) as u64;
 const GRID: u64 = core::mem::offset_of!(GraphSlot, grid) as u64;
 const BLOCK: u64 = core::mem::offset_of!(GraphSlot, block) as u64;
+const SINCE: u64 = core::mem::offset_of!(GraphSlot, since_ns) as u64;
 
 /// Where a kernel node sits in its graph, as the graph marks see it (`GraphSlot`'s fields of
 /// the same names); all zero when not known.
@@ -87,6 +88,7 @@ impl Writer {
         p: Placement,
     ) {
         self.half(off + KIND).store(0, Release);
+        self.word(off + SINCE).store(0, Relaxed);
         self.half(off + POSITION).store(p.position, Relaxed);
         self.half(off + BRANCH).store(p.branch, Relaxed);
         self.half(off + MARK).store(p.mark, Relaxed);
@@ -188,6 +190,22 @@ impl Writer {
                 .add(self.layout.graph_marks_off() as usize)
         };
         (p.cast(), self.layout.graph_marks_cap())
+    }
+
+    /// Exec `exec_id`'s `GraphSlot::since_ns` (the flush thread's view of its words).
+    pub fn set_graph_exec_since(&self, exec_id: u32, since_ns: u64) {
+        if let Ok((off, _)) = self.graph_slot(exec_id as u64 | GRAPH_EXEC_KEY, false) {
+            self.word(off + SINCE).store(since_ns, Relaxed);
+        }
+    }
+
+    /// Graph mark word `i` as the GPU left it (0 outside the section).
+    pub fn graph_mark_word(&self, i: u32) -> u32 {
+        if i >= self.layout.graph_marks_cap() {
+            return 0;
+        }
+        self.half(self.layout.graph_marks_off() + 4 * u64::from(i))
+            .load(Relaxed)
     }
 
     /// Sets graph mark words `first..first+n` to `value` (1 when handed to a new exec: no

@@ -66,13 +66,58 @@ struct State {
     /// The words' device address once registered (0: not yet; u64::MAX: registration
     /// failed, graph marks off).
     device_base: u64,
+    /// Marked execs the flush thread watches (`poll`).
+    live: Vec<Live>,
+}
+
+/// An exec's words as the flush thread last saw them, and since when.
+struct Live {
+    exec_id: u32,
+    first: u32,
+    seen: Vec<u32>,
+    since_ns: u64,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
     every: None,
     free: None,
     device_base: 0,
+    live: Vec::new(),
 });
+
+/// Exec `exec_id` replays with words `first..first+words`: the flush thread watches them.
+pub fn track(exec_id: u32, first: u32, words: u32) {
+    if let Ok(mut s) = STATE.lock() {
+        s.live.retain(|l| l.exec_id != exec_id && l.first != first);
+        s.live.push(Live {
+            exec_id,
+            first,
+            seen: vec![1; words as usize],
+            since_ns: 0,
+        });
+    }
+}
+
+/// Flush thread, every tick: for each marked exec whose words changed since the last tick,
+/// when (`GraphSlot::since_ns`: the last progress of a replay under way, within a tick). Reads
+/// memory only (no driver call), and skips a tick rather than wait for an instantiation.
+pub fn poll(w: &Writer, now_ns: u64) {
+    let Ok(mut s) = STATE.try_lock() else {
+        return;
+    };
+    for l in &mut s.live {
+        let mut changed = false;
+        for (k, seen) in l.seen.iter_mut().enumerate() {
+            let v = w.graph_mark_word(l.first + k as u32);
+            changed |= v != *seen;
+            *seen = v;
+        }
+        if changed {
+            l.since_ns = if l.seen.contains(&0) { now_ns } else { 0 };
+            w.set_graph_exec_since(l.exec_id, l.since_ns);
+        }
+    }
+}
 
 /// Sets the kernels a mark covers (a measurement switch, `crate::measure`); the value before.
 pub fn set_every(every: u32) -> u32 {
@@ -308,6 +353,7 @@ pub fn give_words(first: u32, n: u32) {
     let Ok(mut state) = STATE.lock() else {
         return;
     };
+    state.live.retain(|l| l.first != first);
     let Some(free) = state.free.as_mut() else {
         return;
     };

@@ -459,6 +459,7 @@ impl Recorder {
         }
         let now = monotonic_ns();
         self.writer.publish_marks(now);
+        marks::graph::poll(&self.writer, now);
         self.writer.heartbeat(now);
         // Backends call this from one flush thread; a second caller skips rather than waits.
         if let Ok(mut samples) = self.cpu.try_lock() {

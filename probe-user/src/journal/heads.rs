@@ -546,8 +546,9 @@ impl JournalCursor {
                         .collect();
                     kernel = format!("(one of {candidates_total} kernels)");
                 }
-                let graph = (exact && h.graph_id != 0)
-                    .then(|| self.graph_progress(view, graphs.as_ref(), h.graph_id, h.correlation));
+                let graph = (exact && h.graph_id != 0).then(|| {
+                    self.graph_progress(view, graphs.as_ref(), h.graph_id, h.correlation, now_ns)
+                });
                 let times = HeadTimes {
                     stream: h.stream,
                     launch_ns: h.launch_ns,
@@ -591,9 +592,10 @@ impl JournalCursor {
         graphs: Option<&crate::journal::Graphs>,
         exec_id: u32,
         correlation: u64,
+        now_ns: u64,
     ) -> GraphProgress {
         if self.marks_mode
-            && let Some(p) = graphs.and_then(|g| marks_progress(view, g, exec_id))
+            && let Some(p) = graphs.and_then(|g| marks_progress(view, g, exec_id, now_ns))
         {
             return p;
         }
@@ -660,6 +662,7 @@ fn marks_progress(
     view: &JournalView,
     graphs: &crate::journal::Graphs,
     exec_id: u32,
+    now_ns: u64,
 ) -> Option<GraphProgress> {
     let (m, words) = started_replay(view, graphs, exec_id)?;
     let graph_id = graphs.source_of(exec_id)?;
@@ -710,6 +713,8 @@ fn marks_progress(
         marks: Some(crate::model::kernels::GraphMarkProgress {
             branches,
             kernels_per_mark,
+            last_progress_ms_ago: (m.since_ns != 0)
+                .then(|| now_ns.saturating_sub(m.since_ns) as f64 / 1e6),
         }),
     })
 }

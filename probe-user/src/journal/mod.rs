@@ -95,6 +95,8 @@ pub struct ExecMarks {
     pub first: u32,
     pub words: u32,
     pub branches: u32,
+    /// `GraphSlot::since_ns`: since when its words are as they are (0: not known).
+    pub since_ns: u64,
 }
 
 /// The journal's graph table.
@@ -279,6 +281,7 @@ impl JournalView {
                             first: a.position - 1,
                             words: a.mark,
                             branches: a.branch,
+                            since_ns: a.since_ns,
                         });
                     }
                 }

@@ -45,6 +45,10 @@ pub struct GraphMarkProgress {
     pub branches: Vec<BranchProgress>,
     /// Kernel nodes a mark covers at most (the candidates' bound).
     pub kernels_per_mark: usize,
+    /// How long ago the replay last made progress the marks show (a marked kernel node
+    /// completed; none yet: the replay began), as the shim's flush thread saw it (±100 ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_progress_ms_ago: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -377,12 +377,16 @@ impl Report {
                 {
                     writeln!(
                         out,
-                        "      graph launch: exec {} (graph {}), {} of {} kernel nodes done by the graph marks (one mark per ≤ {} kernel nodes):",
+                        "      graph launch: exec {} (graph {}), {} of {} kernel nodes done by the graph marks (one mark per ≤ {} kernel nodes){}:",
                         g.exec_id,
                         g.graph_id.map_or("?".into(), |id| id.to_string()),
                         g.completed,
                         g.kernel_nodes,
-                        m.kernels_per_mark
+                        m.kernels_per_mark,
+                        m.last_progress_ms_ago.map_or(String::new(), |ago| format!(
+                            ", last progress ~{} ago",
+                            fmt_duration(ago)
+                        ))
                     )?;
                     for b in &m.branches {
                         writeln!(

@@ -180,9 +180,16 @@ fn graph_marks_line(g: &crate::model::kernels::GraphProgress) -> String {
         }
     }
     line.push_str(&format!(
-        " ({} of {} kernel nodes done by the graph marks)",
+        " ({} of {} kernel nodes done by the graph marks",
         g.completed, g.kernel_nodes
     ));
+    if let Some(ago) = m.last_progress_ms_ago {
+        line.push_str(&format!(
+            "; the last of them, or the replay's start, ~{} ago",
+            fmt_duration(ago)
+        ));
+    }
+    line.push(')');
     line
 }
 
