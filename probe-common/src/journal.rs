@@ -420,7 +420,7 @@ pub struct Layout {
 impl Layout {
     /// Defaults: 1,024 threads, 8,192 in-flight launches (8 streams × a full 1,021-deep
     /// queue), a 16,384-record ring (the last ~0.2 s of a launch-bound loop), 4,096 names,
-    /// 4,096 graph nodes and executable graphs, 1,024 streams' slots: 3.8 MiB in all.
+    /// 4,096 graph nodes and executable graphs, 1,024 streams' slots, 4,096 graph mark words: 3.9 MiB in all.
     pub const DEFAULT: Layout = Layout {
         threads_cap: 1024,
         inflight_cap: 8192,

@@ -62,6 +62,8 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long lo
 CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, void *info);
 CUresult cuGraphExecDestroy(CUgraphExec e);
 CUresult cuGraphLaunch(CUgraphExec e, CUstream s);
+CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g);
 /* Test control: kernels the "GPU" ran (graph nodes and launches) and an FNV-1a hash of their
  * names in the order run — a graph's "output", compared with and without graph marks. */
 void simcuda_kernel_log(unsigned long long *count, unsigned long long *hash);

@@ -214,10 +214,18 @@ static uint64_t push(CUstream s, struct item it) {
 /* Enqueue; while the queue is full, spin on sched_yield as the real driver does. */
 static int sim_device(void);
 
+/* sim_graph.c: a launch into a stream being captured becomes a node of its graph. */
+static int capture_add(CUstream s, struct sim_kernel *k, const unsigned grid[3], const unsigned block[3]);
+
 static CUresult enqueue(unsigned api, struct sim_kernel *k, CUstream s, const unsigned grid[3],
                         const unsigned block[3]) {
     if (!k) return CUDA_ERROR_INVALID_VALUE;
     pthread_once(&started, start_gpu);
+    if (capture_add(s, k, grid, block)) {
+        uint64_t corr = api_enter(api, NULL);
+        api_exit(api, corr);
+        return CUDA_SUCCESS;
+    }
     pthread_mutex_lock(&mu);
     unsigned sid = stream_index(s);
     pthread_mutex_unlock(&mu);
@@ -391,8 +399,10 @@ LAUNCH_EXPORT HOOKABLE CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, uns
 static void push_replay(CUstream s, CUgraphExec g); /* sim_graph.c */
 
 /* A graph launch: the exec's nodes (sim_graph.c; none for a handle it did not make), then the
- * launch's own completion. */
-static CUresult graph_launch(unsigned api, CUgraphExec g, CUstream s) {
+ * launch's own completion. Inlined: a tail call to it would leave the entry points without the
+ * frame-pointer prologue the launch hooks patch (the shim refuses an entry whose first
+ * instruction writes an argument register). */
+static inline __attribute__((always_inline)) CUresult graph_launch(unsigned api, CUgraphExec g, CUstream s) {
     pthread_once(&started, start_gpu);
     pthread_mutex_lock(&mu);
     unsigned sid = stream_index(s);
@@ -450,7 +460,6 @@ EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned f
     *d = (CUdeviceptr)(uintptr_t)p;
     return 0;
 }
-EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { (void)s; *status = 0; return 0; }
 /* SIMCUDA_DEVICE: the device this process's context is on (a rank on cuda:1). */
 static int sim_device(void) {
     const char *d = getenv("SIMCUDA_DEVICE");

@@ -7,7 +7,8 @@
  * outlives the nodes taken out of its graph; a replay queues every node on the launch's
  * stream in that order (the serial "GPU" runs branches one after another), then the launch's
  * own completion; an exec update takes new kernels and dimensions where the topology is the
- * same, and fails like the real driver where it is not.
+ * same, and fails like the real driver where it is not. Stream capture (one stream at a
+ * time): launches into a capturing stream become a chain of kernel nodes.
  */
 enum { NODE_KERNEL = 0, NODE_CHILD = 4, NODE_EMPTY = 5, NODE_BATCH_MEM_OP = 12 };
 enum { CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910 };
@@ -262,11 +263,69 @@ EXPORT HOOKABLE CUresult cuGraphExecUpdate_v2(CUgraphExec ge, CUgraph g, void *i
 
 EXPORT HOOKABLE CUresult cuGraphExecDestroy(CUgraphExec ge) {
     struct sim_exec *e = ge;
-    if (!e || e->magic != SIM_EXEC_MAGIC) return CUDA_ERROR_INVALID_VALUE;
-    /* Replays still queued keep pointing at the nodes: the exec is kept, as the real driver
-     * defers the destruction until they ran. Tests destroy few. */
-    e->magic = 0;
+    /* Under the lock (a call, so the entry keeps its frame-pointer prologue for the hooks). */
+    pthread_mutex_lock(&graph_mu);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (e && e->magic == SIM_EXEC_MAGIC) {
+        /* Replays still queued keep pointing at the nodes: the exec is kept, as the real
+         * driver defers the destruction until they ran. Tests destroy few. */
+        e->magic = 0;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&graph_mu);
+    return r;
+}
+
+/* Stream capture: the stream, its graph, the node the next captured launch depends on. */
+static struct { CUstream s; struct sim_graph *g; struct sim_node *last; } capturing;
+
+EXPORT HOOKABLE CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    (void)mode;
+    pthread_mutex_lock(&graph_mu);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (!capturing.g && (capturing.g = calloc(1, sizeof *capturing.g))) {
+        capturing.s = s;
+        capturing.last = NULL;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&graph_mu);
+    return r;
+}
+
+EXPORT HOOKABLE CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+    pthread_mutex_lock(&graph_mu);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (capturing.g && capturing.s == s && g) {
+        *g = capturing.g;
+        capturing.g = NULL;
+        r = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&graph_mu);
+    return r;
+}
+
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
+    pthread_mutex_lock(&graph_mu);
+    *status = capturing.g && capturing.s == s; /* CU_STREAM_CAPTURE_STATUS_ACTIVE = 1 */
+    pthread_mutex_unlock(&graph_mu);
     return CUDA_SUCCESS;
+}
+
+static int capture_add(CUstream s, struct sim_kernel *k, const unsigned grid[3], const unsigned block[3]) {
+    pthread_mutex_lock(&graph_mu);
+    int captured = capturing.g && capturing.s == s;
+    if (captured) {
+        struct sim_node *n = add_node(capturing.g, NODE_KERNEL, (const CUgraphNode *)&capturing.last,
+                                      capturing.last != NULL);
+        if (n) {
+            n->k = k;
+            memcpy(n->grid, grid, sizeof n->grid);
+            memcpy(n->block, block, sizeof n->block);
+            capturing.last = n;
+        }
+    }
+    pthread_mutex_unlock(&graph_mu);
+    return captured;
 }
 
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {

@@ -38,7 +38,9 @@
  *                                                exactly N replays, then "kernels_run C hash H"
  *                                                (the graph's "output"). SIMWORKER_GRAPH_UPDATE=1:
  *                                                the exec is updated in place from a second graph
- *                                                of the same shape before the replays
+ *                                                of the same shape before the replays;
+ *                                                SIMWORKER_GRAPH_BUILD=capture: a chain captured
+ *                                                from the stream's launches (as PyTorch does)
  *
  * SIMWORKER_GUARD=1 adds a thread that waits in futex(FUTEX_WAIT) with known values in its
  * callee-saved, argument and vector registers, woken every 10 ms, and checks them after each
@@ -365,8 +367,21 @@ static CUgraphNode graph_kernel_node(CUgraph g, const CUgraphNode *deps, size_t 
 
 static CUgraph build_graph(const char *shape, int nodes, int wedge_at, const char *prefix) {
     CUgraph g;
-    cuGraphCreate(&g, 0);
     int i = 0;
+    const char *build = getenv("SIMWORKER_GRAPH_BUILD");
+    if (build && !strcmp(build, "capture")) {
+        cuStreamBeginCapture_v2(stream, 0);
+        for (int k = 0; k < nodes; k++) {
+            char name[64];
+            snprintf(name, sizeof name, k == wedge_at ? "%s_k%d_wedge" : "%s_k%d", prefix, k);
+            CUfunction f;
+            cuModuleGetFunction(&f, NULL, name);
+            cuLaunchKernel(f, 64 + k, 1, 1, 128, 1, 1, 0, stream, NULL, NULL);
+        }
+        cuStreamEndCapture(stream, &g);
+        return g;
+    }
+    cuGraphCreate(&g, 0);
     if (!strcmp(shape, "branches")) {
         CUgraphNode root = graph_kernel_node(g, NULL, 0, i++, wedge_at, prefix), ends[2];
         for (int b = 0; b < 2; b++) {

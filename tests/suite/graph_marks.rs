@@ -1,7 +1,8 @@
 //! The stuck node of a CUDA graph in the default mode (issue 30): the shim's graph marks
 //! (cupti-shim/src/marks/graph.rs) on the simulated driver's graph API, for each graph shape
 //! the issue names — a chain with the stuck kernel early, in the middle and last, after
-//! healthy replays of the same exec; branches; a child graph; an exec updated in place —
+//! healthy replays of the same exec; captured from a stream; branches; a child graph; an exec
+//! updated in place —
 //! and the graph's "output" (the kernels run, in order) unchanged by the marks.
 
 use std::io::Read;
@@ -80,6 +81,26 @@ fn a_stuck_node_early_in_the_middle_and_last_is_among_at_most_four_candidates() 
             "at {at}: {ago} ms, running {running} ms"
         );
     }
+}
+
+/// What PyTorch, vLLM, SGLang and TensorRT-LLM do: the graph comes from a stream capture
+/// (the launches into the capturing stream become its nodes, and are not in flight).
+#[test]
+fn a_graph_captured_from_a_stream_gets_its_stuck_node_named() {
+    require_root!();
+    let head = stuck_head(&[
+        ("SIMWORKER_GRAPH_BUILD", "capture"),
+        ("SIMWORKER_GRAPH_WEDGE_AT", "9"),
+    ]);
+    let b = &head["graph"]["marks"]["branches"][0];
+    let c = names(&b["candidates"]);
+    assert!(
+        c.contains(&"graph_k9_wedge".to_string()) && c.len() <= 4,
+        "{head}"
+    );
+    assert_eq!(head["graph"]["kernel_nodes"], 12, "{head}");
+    // The captured launches were never in flight: the stream's head is the replay.
+    assert_eq!(head["kernel"], "(graph launch)", "{head}");
 }
 
 #[test]
