@@ -8,12 +8,14 @@
 //                                          graph_stuck_kernel, which spins on a host-mapped
 //                                          flag on the 4th replay (3 healthy replays first).
 //                                          AT -1: no node spins. Prints the output's checksum.
-//   graph_marks cost NODES PAIRS            a chain of NODES spinning kernels of 2-20 us
-//                                          (~9 us mean: a decode graph's shape), instantiated
-//                                          with graph marks and without (the shim's switch,
-//                                          WEDGEPROBE_SHIM_MEASURE=toggle), timed in PAIRS
-//                                          neighbouring pairs of 4 replays in a random order;
-//                                          and 20 instantiations of each, alternated.
+//   graph_marks cost NODES PAIRS [tiny]     a chain of NODES spinning kernels of 2-20 us
+//                                          (~9 us mean: a decode graph's shape; `tiny`: no
+//                                          spin, a launch-bound chain), instantiated without
+//                                          graph marks and with each variant of them (the
+//                                          shim's switch, WEDGEPROBE_SHIM_MEASURE=toggle), each
+//                                          variant timed against none in PAIRS neighbouring
+//                                          pairs of 4 replays in a random order; and 20
+//                                          instantiations with and without, alternated.
 //
 // Always releases itself: a CPU thread writes the flag after RELEASE_S seconds and the
 // spinning kernel gives up at a deadline read from %globaltimer.
@@ -152,7 +154,8 @@ static void stats(const char *what, std::vector<double> v) {
            100 * v[3 * v.size() / 4], v.size());
 }
 
-static int cost(int nodes, int pairs) {
+static int cost(int nodes, int pairs, int tiny) {
+    CHECK(cudaFree(0));  // the driver loads the shim (CUDA_INJECTION64_PATH) as CUDA starts
     graph_marks_fn marks = shim_switch();
     if (!marks || marks(4) < 0) {
         fprintf(stderr, "graph_marks cost: the shim's graph-marks switch is not there "
@@ -168,7 +171,7 @@ static int cost(int nodes, int pairs) {
     double total_ns = 0;
     for (int i = 0; i < nodes; i++) {
         // 2-20 us, a fixed pseudo-random spread (a decode layer's GEMMs, norms, tiny ops).
-        unsigned ns = 2000 + (unsigned)((i * 2654435761u) % 18001u);
+        unsigned ns = tiny ? 0 : 2000 + (unsigned)((i * 2654435761u) % 18001u);
         total_ns += ns;
         graph_spin_kernel<<<1, 32, 0, s>>>(x, ns);
     }
@@ -192,40 +195,47 @@ static int cost(int nodes, int pairs) {
                m ? "with marks (every 4th)" : "without marks", inst[m][10] * 1e6,
                inst[m][0] * 1e6, inst[m][19] * 1e6);
     }
-    cudaGraphExec_t exec[2];
+    // The switch's value: kernels a mark covers | marks::graph::SHAPE_* (256: the reset in the
+    // chain before the roots, 512: no reset, 1024: no leaf writes).
+    const struct { const char *what; int code; } variants[] = {
+        {"default: leaf every 4th, reset beside", 4},
+        {"leaf every 4th, reset in the chain", 4 | 256},
+        {"leaf every 4th, no reset", 4 | 512},
+        {"reset beside only", 4 | 1024},
+        {"reset in the chain only", 4 | 256 | 1024},
+        {"leaf after every kernel, reset beside", 1},
+    };
+    const int nv = sizeof variants / sizeof variants[0];
+    cudaGraphExec_t plain, marked[nv];
     marks(0);
-    CHECK(cudaGraphInstantiate(&exec[0], g, 0));
-    marks(4);
-    CHECK(cudaGraphInstantiate(&exec[1], g, 0));
-    marks(1);
-    cudaGraphExec_t every1;
-    CHECK(cudaGraphInstantiate(&every1, g, 0));
+    CHECK(cudaGraphInstantiate(&plain, g, 0));
+    for (int v = 0; v < nv; v++) {
+        marks(variants[v].code);
+        CHECK(cudaGraphInstantiate(&marked[v], g, 0));
+    }
     marks(4);
     for (int w = 0; w < 20; w++) {
-        CHECK(cudaGraphLaunch(exec[0], s));
-        CHECK(cudaGraphLaunch(exec[1], s));
-        CHECK(cudaGraphLaunch(every1, s));
+        CHECK(cudaGraphLaunch(plain, s));
+        for (int v = 0; v < nv; v++) CHECK(cudaGraphLaunch(marked[v], s));
     }
     CHECK(cudaStreamSynchronize(s));
-    std::vector<double> c4, c1;
+    std::vector<double> c[nv];
     srand(7);
     for (int p = 0; p < pairs; p++) {
-        for (int variant = 0; variant < 2; variant++) {
-            cudaGraphExec_t on = variant ? every1 : exec[1];
+        for (int v = 0; v < nv; v++) {
             double t[2];
             int first = rand() & 1;
             for (int k = 0; k < 2; k++) {
                 int which = k ^ first;  // 0: without marks, 1: with
                 double t0 = now_s();
-                for (int r = 0; r < 4; r++) CHECK(cudaGraphLaunch(which ? on : exec[0], s));
+                for (int r = 0; r < 4; r++) CHECK(cudaGraphLaunch(which ? marked[v] : plain, s));
                 CHECK(cudaStreamSynchronize(s));
                 t[which] = now_s() - t0;
             }
-            (variant ? c1 : c4).push_back(t[1] / t[0] - 1);
+            c[v].push_back(t[1] / t[0] - 1);
         }
     }
-    stats("replay, a mark every 4th kernel (default)", c4);
-    stats("replay, a mark after every kernel", c1);
+    for (int v = 0; v < nv; v++) stats(variants[v].what, c[v]);
     return 0;
 }
 
@@ -234,7 +244,8 @@ int main(int argc, char **argv) {
         release_s = atof(argv[4]);
         return wedge(argv[2], atoi(argv[3]));
     }
-    if (argc >= 4 && strcmp(argv[1], "cost") == 0) return cost(atoi(argv[2]), atoi(argv[3]));
-    fprintf(stderr, "usage: graph_marks wedge chain|branches AT RELEASE_S | cost NODES PAIRS\n");
+    if (argc >= 4 && strcmp(argv[1], "cost") == 0)
+        return cost(atoi(argv[2]), atoi(argv[3]), argc > 4 && strcmp(argv[4], "tiny") == 0);
+    fprintf(stderr, "usage: graph_marks wedge chain|branches AT RELEASE_S | cost NODES PAIRS [tiny]\n");
     return 2;
 }

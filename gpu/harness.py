@@ -409,12 +409,14 @@ def graph_marks_cost(run):
     exe = run.h.cuda("graph_marks")
     if not run.check("graph_marks.cu builds", exe):
         return
-    pairs = "100" if run.h.quick else "400"
-    p = run.start(["taskset", "-c", "2-9", exe, "cost", "250", pairs], shim=True,
-                  env={"WEDGEPROBE_SHIM_MEASURE": "toggle"}, suffix="cost-chain")
-    code = run.exit_code(p, 240)
-    run.notes += [l.rstrip() for l in run.out(p).splitlines() if l.strip()]
-    run.check("graph_marks cost exits 0", code == 0, run.err(p)[-300:])
+    pairs = "60" if run.h.quick else "200"
+    for what, extra in (("decode-shaped", []), ("tiny", ["tiny"])):
+        nodes = "250" if not extra else "100"
+        p = run.start(["taskset", "-c", "2-9", exe, "cost", nodes, pairs, *extra], shim=True,
+                      env={"WEDGEPROBE_SHIM_MEASURE": "toggle"}, suffix=f"cost-chain-{what}")
+        code = run.exit_code(p, 240)
+        run.notes += [l.rstrip() for l in run.out(p).splitlines() if l.strip()]
+        run.check(f"graph_marks cost ({what}) exits 0", code == 0, run.err(p)[-300:])
     args = ["0", "100", "60"] if run.h.quick else ["0", "400", "200"]
     p = run.start(["taskset", "-c", "2-9", "python3", "step_ab.py", *args], shim=True,
                   env={"WEDGEPROBE_SHIM_MEASURE": "toggle", "AB_ONLY": "graph_marks"},

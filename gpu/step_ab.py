@@ -66,27 +66,31 @@ def graph_marks(model, cfg, x, graph_pairs, loop_pairs, rng):
     if gm is None:
         print("graph marks: no switch (the shim with WEDGEPROBE_SHIM_MEASURE=toggle)")
         return
+    # The switch's value: kernels a mark covers | 256 (the reset in the chain: the first
+    # design), as marks::graph::SHAPE_*.
+    variants = {4: "", 4 | 256: " (reset in the chain)"}
     graphs = {}
-    for every in (0, 4):
-        gm(every)
+    for code in (0, *variants):
+        gm(code)
         g, _, ids = sb.graph_step(model, cfg)
-        graphs[every] = (g, ids, capture_adds(x))
+        graphs[code] = (g, ids, capture_adds(x))
     gm(4)
-    pick = {}
-
-    def set_off(off):
-        pick["g"] = graphs[0 if off else 4]
-
-    set_off(False)
     for _ in range(20):
-        for e in (0, 4):
-            graphs[e][0].replay()
-            graphs[e][2].replay()
+        for g in graphs.values():
+            g[0].replay()
+            g[2].replay()
     torch.cuda.synchronize()
-    summary("marks: decode graph x4", timed_pairs(graph_pairs, set_off, rng,
-                                                   lambda: [pick["g"][0].replay() for _ in range(4)]))
-    summary("marks: loop graph x20", timed_pairs(loop_pairs, set_off, rng,
-                                                  lambda: [pick["g"][2].replay() for _ in range(20)]))
+    for code, what in variants.items():
+        pick = {}
+
+        def set_off(off, code=code):
+            pick["g"] = graphs[0 if off else code]
+
+        set_off(False)
+        summary(f"marks{what}: decode graph x4",
+                timed_pairs(graph_pairs, set_off, rng, lambda: [pick["g"][0].replay() for _ in range(4)]))
+        summary(f"marks{what}: loop graph x20",
+                timed_pairs(loop_pairs, set_off, rng, lambda: [pick["g"][2].replay() for _ in range(20)]))
 
 
 def summary(name, costs):

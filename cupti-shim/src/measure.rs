@@ -71,10 +71,12 @@ pub extern "C" fn wedgeprobe_shim_measure_pass(pass: i32) -> i32 {
 }
 
 /// Under `WEDGEPROBE_SHIM_MEASURE=toggle`: how many kernel nodes a graph mark covers in the
-/// graphs instantiated from now (0: no graph marks), so one process instantiates the same
-/// graph with and without marks and replays them in neighbouring pairs (`gpu/graph_marks.cu`,
-/// `gpu/step_ab.py`): the replay price of the marks, apart from the VM's drift. Returns the
-/// value before, or -1 when the switch is not enabled.
+/// graphs instantiated from now (bits 0-7; 0: no graph marks) and how the marks go in (bits
+/// 8-10, `marks::graph::SHAPE_*`: the reset in the chain, no reset, no leaf writes), so one
+/// process instantiates the same graph with and without marks and replays them in
+/// neighbouring pairs (`gpu/graph_marks.cu`, `gpu/step_ab.py`): the replay price of the marks
+/// and of their parts, apart from the VM's drift. Returns the value before, or -1 when the
+/// switch is not enabled.
 #[unsafe(no_mangle)]
 pub extern "C" fn wedgeprobe_shim_graph_marks(every: i32) -> i32 {
     if !TOGGLE.load(Relaxed) || every < 0 {

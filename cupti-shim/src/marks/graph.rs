@@ -9,8 +9,10 @@
 //! - at instantiation (`hooks::calls`, before the driver's `cuGraphInstantiate*`), the user's
 //!   graph gets one leaf write node after every `every`-th kernel of each branch (a chain of
 //!   kernel nodes, each waiting for the one before) and after each branch's last, writing 1
-//!   into the exec's own mark word, plus one in-chain reset node before every root that sets
-//!   the exec's words to 0; the driver instantiates that; then the nodes are taken out of the
+//!   into the exec's own mark word, plus one reset node that sets the exec's words to 0, a
+//!   root of its own that every leaf write also waits for (`put_nodes`: in the chain before
+//!   the roots it cost +20% of a 100-node loop graph on the H200, 2026-12-07); the driver
+//!   instantiates that; then the nodes are taken out of the
 //!   user's graph again (the exec keeps them, the user's node handles stay valid for
 //!   `cuGraphExecKernelNodeSetParams`);
 //! - graph launches on a stream run in order, so replay N+1's reset runs only after replay N
@@ -68,7 +70,15 @@ struct State {
     device_base: u64,
     /// Marked execs the flush thread watches (`poll`).
     live: Vec<Live>,
+    /// `SHAPE_*` bits: how the marks go in (a measurement switch; 0 by default).
+    shape: u32,
 }
+
+/// Measurement variants (`crate::measure`, `wedgeprobe_shim_graph_marks`): the reset in the
+/// chain before the roots (the first design), no reset, no leaf writes.
+pub const SHAPE_RESET_IN_CHAIN: u32 = 1 << 8;
+pub const SHAPE_NO_RESET: u32 = 1 << 9;
+pub const SHAPE_NO_LEAVES: u32 = 1 << 10;
 
 /// An exec's words as the flush thread last saw them, and since when.
 struct Live {
@@ -83,6 +93,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     free: None,
     device_base: 0,
     live: Vec::new(),
+    shape: 0,
 });
 
 /// Exec `exec_id` replays with words `first..first+words`: the flush thread watches them.
@@ -119,11 +130,13 @@ pub fn poll(w: &Writer, now_ns: u64) {
     }
 }
 
-/// Sets the kernels a mark covers (a measurement switch, `crate::measure`); the value before.
+/// Sets the kernels a mark covers and the `SHAPE_*` bits (a measurement switch,
+/// `crate::measure`); the value before.
 pub fn set_every(every: u32) -> u32 {
     STATE.lock().map_or(0, |mut s| {
-        let before = self::every(&mut s);
-        s.every = Some(every.min(64));
+        let before = self::every(&mut s) | s.shape;
+        s.every = Some((every & 0xff).min(64));
+        s.shape = every & (SHAPE_RESET_IN_CHAIN | SHAPE_NO_RESET | SHAPE_NO_LEAVES);
         before
     })
 }
@@ -469,6 +482,7 @@ pub fn add(
             first
         }
     };
+    let shape = state.shape;
     drop(state);
     let mut added = Added {
         graph,
@@ -477,7 +491,7 @@ pub fn add(
         words,
         nodes: Vec::new(),
     };
-    if let Err(e) = put_nodes(&mut added, base, ctx) {
+    if let Err(e) = put_nodes(&mut added, base, ctx, shape) {
         added.remove();
         if reuse.is_none() {
             give_words(first, words);
@@ -487,7 +501,11 @@ pub fn add(
     Ok(added)
 }
 
-fn put_nodes(a: &mut Added, base: u64, ctx: usize) -> Result<(), &'static str> {
+/// The reset and the leaf writes into the user's graph. The reset is a root of its own that
+/// every leaf write waits for, beside the kernels, not in their chain: replay N+1 begins only
+/// after replay N (its writes included) ended, so the reset still comes between replay N's
+/// writes and N+1's — and its writes are off the kernels' path.
+fn put_nodes(a: &mut Added, base: u64, ctx: usize, shape: u32) -> Result<(), &'static str> {
     let d = driver::driver();
     let (Some(add_memop), Some(add_deps)) =
         (d.graph_add_batch_mem_op_node, d.graph_add_dependencies)
@@ -519,10 +537,17 @@ fn put_nodes(a: &mut Added, base: u64, ctx: usize) -> Result<(), &'static str> {
             ..MemOpWrite::default()
         })
         .collect();
-    let reset_node = add(&reset, &[])?;
-    a.nodes.push(reset_node);
-    let from = vec![reset_node; a.plan.roots.len()];
-    if !a.plan.roots.is_empty()
+    let reset_node = if shape & SHAPE_NO_RESET == 0 {
+        let n = add(&reset, &[])?;
+        a.nodes.push(n);
+        Some(n)
+    } else {
+        None
+    };
+    let from = vec![reset_node.unwrap_or(0); a.plan.roots.len()];
+    if shape & SHAPE_RESET_IN_CHAIN != 0
+        && reset_node.is_some()
+        && !a.plan.roots.is_empty()
         // SAFETY: nodes of the graph, `roots.len()` of each.
         && unsafe {
             add_deps(
@@ -535,6 +560,9 @@ fn put_nodes(a: &mut Added, base: u64, ctx: usize) -> Result<(), &'static str> {
     {
         return Err("cuGraphAddDependencies failed");
     }
+    if shape & SHAPE_NO_LEAVES != 0 {
+        return Ok(());
+    }
     for k in 0..a.words {
         let op = MemOpWrite {
             operation: MEM_OP_WRITE_VALUE_32,
@@ -543,7 +571,12 @@ fn put_nodes(a: &mut Added, base: u64, ctx: usize) -> Result<(), &'static str> {
             ..MemOpWrite::default()
         };
         let after = a.plan.marks[k as usize];
-        let node = add(std::slice::from_ref(&op), &[after])?;
+        let node = match reset_node {
+            Some(r) if shape & SHAPE_RESET_IN_CHAIN == 0 => {
+                add(std::slice::from_ref(&op), &[after, r])?
+            }
+            _ => add(std::slice::from_ref(&op), &[after])?,
+        };
         a.nodes.push(node);
     }
     Ok(())
