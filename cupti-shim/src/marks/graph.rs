@@ -79,6 +79,12 @@ struct State {
 pub const SHAPE_RESET_IN_CHAIN: u32 = 1 << 8;
 pub const SHAPE_NO_RESET: u32 = 1 << 9;
 pub const SHAPE_NO_LEAVES: u32 = 1 << 10;
+/// Leaf writes without the memory barrier the driver puts before a write by default
+/// (`CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`: a mark needs its kernel done, not its kernel's
+/// data visible).
+pub const SHAPE_NO_FENCE: u32 = 1 << 11;
+/// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`.
+const WRITE_NO_MEMORY_BARRIER: u32 = 0x1;
 
 /// An exec's words as the flush thread last saw them, and since when.
 struct Live {
@@ -136,7 +142,8 @@ pub fn set_every(every: u32) -> u32 {
     STATE.lock().map_or(0, |mut s| {
         let before = self::every(&mut s) | s.shape;
         s.every = Some((every & 0xff).min(64));
-        s.shape = every & (SHAPE_RESET_IN_CHAIN | SHAPE_NO_RESET | SHAPE_NO_LEAVES);
+        s.shape =
+            every & (SHAPE_RESET_IN_CHAIN | SHAPE_NO_RESET | SHAPE_NO_LEAVES | SHAPE_NO_FENCE);
         before
     })
 }
@@ -568,6 +575,11 @@ fn put_nodes(a: &mut Added, base: u64, ctx: usize, shape: u32) -> Result<(), &'s
             operation: MEM_OP_WRITE_VALUE_32,
             address: word(k),
             value: 1,
+            flags: if shape & SHAPE_NO_FENCE != 0 {
+                WRITE_NO_MEMORY_BARRIER
+            } else {
+                0
+            },
             ..MemOpWrite::default()
         };
         let after = a.plan.marks[k as usize];
