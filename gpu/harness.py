@@ -413,17 +413,29 @@ def graph_marks_cost(run):
     for what, extra in (("decode-shaped", []), ("tiny", ["tiny"])):
         nodes = "250" if not extra else "100"
         p = run.start(["taskset", "-c", "2-9", exe, "cost", nodes, pairs, *extra], shim=True,
-                      env={"WEDGEPROBE_SHIM_MEASURE": "toggle"}, suffix=f"cost-chain-{what}")
+                      env={"WEDGEPROBE_SHIM_MEASURE": "toggle", "WEDGEPROBE_SHIM_DEBUG": "1"},
+                      suffix=f"cost-chain-{what}")
         code = run.exit_code(p, 240)
         run.notes += [l.rstrip() for l in run.out(p).splitlines() if l.strip()]
         run.check(f"graph_marks cost ({what}) exits 0", code == 0, run.err(p)[-300:])
+        marked_lines(run, p)
     args = ["0", "100", "60"] if run.h.quick else ["0", "400", "200"]
     p = run.start(["taskset", "-c", "2-9", "python3", "step_ab.py", *args], shim=True,
-                  env={"WEDGEPROBE_SHIM_MEASURE": "toggle", "AB_ONLY": "graph_marks"},
+                  env={"WEDGEPROBE_SHIM_MEASURE": "toggle", "AB_ONLY": "graph_marks",
+                       "WEDGEPROBE_SHIM_DEBUG": "1"},
                   suffix="cost-torch")
     code = run.exit_code(p, 300)
     run.notes += [l.strip() for l in run.out(p).splitlines() if "median" in l]
     run.check("step_ab graph marks exits 0", code == 0, run.err(p)[-300:])
+    marked_lines(run, p)
+
+
+def marked_lines(run, p):
+    """What the shim said of the graphs it marked (WEDGEPROBE_SHIM_DEBUG=1) and why it left one
+    unmarked: a variant the driver refused measures an unmarked graph, so it must be seen."""
+    said = [l.split("wedgeprobe shim: ", 1)[-1] for l in run.err(p).splitlines()
+            if "graph marks:" in l or "failed" in l or "refused" in l]
+    run.notes.append(f"{p.suffix}: " + "; ".join(said[-14:]))
 
 
 @scenario("graph-wedge-exact")

@@ -66,9 +66,9 @@ def graph_marks(model, cfg, x, graph_pairs, loop_pairs, rng):
     if gm is None:
         print("graph marks: no switch (the shim with WEDGEPROBE_SHIM_MEASURE=toggle)")
         return
-    # The switch's value: kernels a mark covers | 2048 (leaf writes without the memory
-    # barrier), as marks::graph::SHAPE_*.
-    variants = {4: "", 4 | 2048: " (no fence)", 8 | 2048: " (every 8th, no fence)"}
+    # The switch's value: kernels a mark covers | 8192 (event-record leaves: their price
+    # only), as marks::graph::SHAPE_*.
+    variants = {4: "", 8: " (every 8th)", 4 | 8192: " (event-record leaves, price only)"}
     graphs = {}
     for code in (0, *variants):
         gm(code)

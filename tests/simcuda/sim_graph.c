@@ -137,6 +137,16 @@ EXPORT CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, s
     pthread_mutex_unlock(&graph_mu);
     return CUDA_SUCCESS;
 }
+/* CUDA 12.3's form, with each edge's data (all default here). */
+EXPORT CUresult cuGraphGetEdges_v2(CUgraph g, CUgraphNode *from, CUgraphNode *to, unsigned char (*data)[8],
+                                   size_t *n) {
+    size_t cap = n ? *n : 0;
+    CUresult r = cuGraphGetEdges(g, from, to, n);
+    if (r == CUDA_SUCCESS && data && from)
+        for (size_t i = 0; i < cap && i < *n; i++) memset(data[i], 0, 8);
+    return r;
+}
+
 EXPORT CUresult cuGraphNodeGetType(CUgraphNode n, int *type) {
     if (!n || !type) return CUDA_ERROR_INVALID_VALUE;
     *type = n->type;

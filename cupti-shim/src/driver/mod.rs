@@ -43,6 +43,44 @@ pub type EventDestroy = unsafe extern "C" fn(*mut c_void) -> u32;
 /// under this name (CUDA 13's headers map the name to `_v2`, with edge data).
 pub type GraphGetEdges =
     unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut *mut c_void, *mut usize) -> u32;
+/// `cuGraphGetEdges_v2(graph, from, to, edge_data, &n)` (CUDA 12.3+): the form that lists
+/// edges carrying data too (programmatic dependent launch: PyTorch's decode graph on the
+/// H100 of 2026-12-07), which the CUDA 12 form refuses (CUDA_ERROR_LOSSY_QUERY).
+pub type GraphGetEdgesV2 = unsafe extern "C" fn(
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+    *mut [u8; 8],
+    *mut usize,
+) -> u32;
+/// `cuGraphAddMemsetNode(&node, graph, deps, n, &params, ctx)` (a measurement variant).
+pub type GraphAddMemsetNode = unsafe extern "C" fn(
+    *mut *mut c_void,
+    *mut c_void,
+    *const *mut c_void,
+    usize,
+    *const MemsetParams,
+    *mut c_void,
+) -> u32;
+/// `cuGraphAddEventRecordNode(&node, graph, deps, n, event)` (a measurement variant).
+pub type GraphAddEventRecordNode = unsafe extern "C" fn(
+    *mut *mut c_void,
+    *mut c_void,
+    *const *mut c_void,
+    usize,
+    *mut c_void,
+) -> u32;
+
+/// `CUDA_MEMSET_NODE_PARAMS`.
+#[repr(C)]
+pub struct MemsetParams {
+    pub dst: u64,
+    pub pitch: usize,
+    pub value: u32,
+    pub element_size: u32,
+    pub width: usize,
+    pub height: usize,
+}
 /// `cuGraphAddDependencies(graph, from, to, n)` (the CUDA 12 form, as above).
 pub type GraphAddDependencies =
     unsafe extern "C" fn(*mut c_void, *const *mut c_void, *const *mut c_void, usize) -> u32;
@@ -107,6 +145,9 @@ pub struct Driver {
     pub event_query: Option<EventQuery>,
     pub event_destroy: Option<EventDestroy>,
     pub graph_get_edges: Option<GraphGetEdges>,
+    pub graph_get_edges_v2: Option<GraphGetEdgesV2>,
+    pub graph_add_memset_node: Option<GraphAddMemsetNode>,
+    pub graph_add_event_record_node: Option<GraphAddEventRecordNode>,
     pub graph_add_dependencies: Option<GraphAddDependencies>,
     pub graph_add_batch_mem_op_node: Option<GraphAddBatchMemOpNode>,
     pub graph_destroy_node: Option<GraphDestroyNode>,
@@ -205,6 +246,17 @@ pub fn driver() -> &'static Driver {
                 graph_get_edges: std::mem::transmute::<*mut c_void, Option<GraphGetEdges>>(sym(
                     c"cuGraphGetEdges",
                 )),
+                graph_get_edges_v2: std::mem::transmute::<*mut c_void, Option<GraphGetEdgesV2>>(
+                    sym(c"cuGraphGetEdges_v2"),
+                ),
+                graph_add_memset_node: std::mem::transmute::<
+                    *mut c_void,
+                    Option<GraphAddMemsetNode>,
+                >(sym(c"cuGraphAddMemsetNode")),
+                graph_add_event_record_node: std::mem::transmute::<
+                    *mut c_void,
+                    Option<GraphAddEventRecordNode>,
+                >(sym(c"cuGraphAddEventRecordNode")),
                 graph_add_dependencies: std::mem::transmute::<
                     *mut c_void,
                     Option<GraphAddDependencies>,

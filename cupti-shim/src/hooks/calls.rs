@@ -478,6 +478,15 @@ fn instantiated(exec: usize, graph: usize, mut added: Option<marks::graph::Added
                 .is_ok()
         {
             EXEC_ID[i].store(exec_id, Ordering::Release);
+            if let Some(a) = &added {
+                marks::debug(format_args!(
+                    "graph marks: exec {exec_id}: {} marked nodes, {} branches, {} words from {}",
+                    a.plan.nodes.len(),
+                    a.plan.branches,
+                    a.words,
+                    a.first
+                ));
+            }
             if let (Some(a), Ok(mut book)) = (added, BOOK.lock()) {
                 book.exec_words.retain(|e| e.0 != exec);
                 book.exec_words.push((exec, a.first, a.words));

@@ -83,6 +83,10 @@ pub const SHAPE_NO_LEAVES: u32 = 1 << 10;
 /// (`CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`: a mark needs its kernel done, not its kernel's
 /// data visible).
 pub const SHAPE_NO_FENCE: u32 = 1 << 11;
+/// Leaves as 4-byte memset nodes, or as event record nodes (nothing reads those: their price
+/// only), instead of write nodes.
+pub const SHAPE_MEMSET_LEAVES: u32 = 1 << 12;
+pub const SHAPE_EVENT_LEAVES: u32 = 1 << 13;
 /// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`.
 const WRITE_NO_MEMORY_BARRIER: u32 = 0x1;
 
@@ -142,8 +146,7 @@ pub fn set_every(every: u32) -> u32 {
     STATE.lock().map_or(0, |mut s| {
         let before = self::every(&mut s) | s.shape;
         s.every = Some((every & 0xff).min(64));
-        s.shape =
-            every & (SHAPE_RESET_IN_CHAIN | SHAPE_NO_RESET | SHAPE_NO_LEAVES | SHAPE_NO_FENCE);
+        s.shape = every & 0xff00;
         before
     })
 }
@@ -299,10 +302,8 @@ pub fn plan(shape: &Shape, every: u32) -> Result<Plan, &'static str> {
 /// The graph's nodes and edges as the driver reports them.
 pub fn shape_of(graph: usize) -> Result<Shape, &'static str> {
     let d = driver::driver();
-    let (Some(get_nodes), Some(node_type), Some(get_edges)) =
-        (d.graph_get_nodes, d.graph_node_type, d.graph_get_edges)
-    else {
-        return Err("libcuda lacks cuGraphGetNodes, cuGraphNodeGetType or cuGraphGetEdges");
+    let (Some(get_nodes), Some(node_type)) = (d.graph_get_nodes, d.graph_node_type) else {
+        return Err("libcuda lacks cuGraphGetNodes or cuGraphNodeGetType");
     };
     let g = graph as *mut c_void;
     let mut n = 0usize;
@@ -325,17 +326,7 @@ pub fn shape_of(graph: usize) -> Result<Shape, &'static str> {
         }
         typed.push((node as usize, t));
     }
-    let mut e = 0usize;
-    // SAFETY: null arrays ask for the count.
-    if unsafe { get_edges(g, std::ptr::null_mut(), std::ptr::null_mut(), &mut e) } != 0 {
-        return Err("cuGraphGetEdges failed");
-    }
-    let mut from = vec![std::ptr::null_mut::<c_void>(); e];
-    let mut to = vec![std::ptr::null_mut::<c_void>(); e];
-    // SAFETY: two arrays of `e` handles.
-    if e > 0 && unsafe { get_edges(g, from.as_mut_ptr(), to.as_mut_ptr(), &mut e) } != 0 {
-        return Err("cuGraphGetEdges failed");
-    }
+    let (from, to, e) = edges(g)?;
     let edges = from
         .iter()
         .zip(&to)
@@ -346,6 +337,55 @@ pub fn shape_of(graph: usize) -> Result<Shape, &'static str> {
         nodes: typed,
         edges,
     })
+}
+
+/// The graph's edges (from, to, count): through `cuGraphGetEdges_v2` where the driver has it
+/// (it lists edges that carry data — a programmatic dependency is still an order for the
+/// branches), else the CUDA 12 form.
+#[allow(clippy::type_complexity)]
+fn edges(g: *mut c_void) -> Result<(Vec<*mut c_void>, Vec<*mut c_void>, usize), &'static str> {
+    let d = driver::driver();
+    let null: *mut c_void = std::ptr::null_mut();
+    let none: *mut *mut c_void = std::ptr::null_mut();
+    let mut e = 0usize;
+    if let Some(v2) = d.graph_get_edges_v2 {
+        // SAFETY: null arrays ask for the count.
+        if unsafe { v2(g, none, none, std::ptr::null_mut(), &mut e) } != 0 {
+            return Err("cuGraphGetEdges_v2 failed");
+        }
+        let (mut from, mut to) = (vec![null; e], vec![null; e]);
+        let mut data = vec![[0u8; 8]; e];
+        if e > 0
+            // SAFETY: three arrays of `e` entries (CUgraphEdgeData is 8 bytes).
+            && unsafe {
+                v2(
+                    g,
+                    from.as_mut_ptr(),
+                    to.as_mut_ptr(),
+                    data.as_mut_ptr(),
+                    &mut e,
+                )
+            } != 0
+        {
+            return Err("cuGraphGetEdges_v2 failed");
+        }
+        return Ok((from, to, e));
+    }
+    let Some(get_edges) = d.graph_get_edges else {
+        return Err("libcuda lacks cuGraphGetEdges");
+    };
+    // SAFETY: null arrays ask for the count.
+    if unsafe { get_edges(g, none, none, &mut e) } != 0 {
+        return Err(
+            "cuGraphGetEdges failed (a graph whose edges carry data, on a driver without cuGraphGetEdges_v2)",
+        );
+    }
+    let (mut from, mut to) = (vec![null; e], vec![null; e]);
+    // SAFETY: two arrays of `e` handles.
+    if e > 0 && unsafe { get_edges(g, from.as_mut_ptr(), to.as_mut_ptr(), &mut e) } != 0 {
+        return Err("cuGraphGetEdges failed");
+    }
+    Ok((from, to, e))
 }
 
 /// Takes `n` words (rounded up to an even count, at an even index: the reset writes 64 bits).
@@ -583,6 +623,11 @@ fn put_nodes(a: &mut Added, base: u64, ctx: usize, shape: u32) -> Result<(), &'s
             ..MemOpWrite::default()
         };
         let after = a.plan.marks[k as usize];
+        if shape & (SHAPE_MEMSET_LEAVES | SHAPE_EVENT_LEAVES) != 0 {
+            a.nodes
+                .push(measured_leaf(a.graph, after, word(k), ctx, shape)?);
+            continue;
+        }
         let node = match reset_node {
             Some(r) if shape & SHAPE_RESET_IN_CHAIN == 0 => {
                 add(std::slice::from_ref(&op), &[after, r])?
@@ -592,6 +637,50 @@ fn put_nodes(a: &mut Added, base: u64, ctx: usize, shape: u32) -> Result<(), &'s
         a.nodes.push(node);
     }
     Ok(())
+}
+
+/// A leaf of another kind, for its price (`SHAPE_MEMSET_LEAVES`, `SHAPE_EVENT_LEAVES`).
+fn measured_leaf(
+    graph: usize,
+    after: usize,
+    word: u64,
+    ctx: usize,
+    shape: u32,
+) -> Result<usize, &'static str> {
+    let d = driver::driver();
+    let g = graph as *mut c_void;
+    let deps = [after as *mut c_void];
+    let mut node: *mut c_void = std::ptr::null_mut();
+    let r = if shape & SHAPE_MEMSET_LEAVES != 0 {
+        let add = d
+            .graph_add_memset_node
+            .ok_or("libcuda lacks cuGraphAddMemsetNode")?;
+        let p = driver::MemsetParams {
+            dst: word,
+            pitch: 0,
+            value: 1,
+            element_size: 4,
+            width: 1,
+            height: 1,
+        };
+        // SAFETY: the user's graph, one of its nodes, a memset of our registered word.
+        unsafe { add(&mut node, g, deps.as_ptr(), 1, &p, ctx as *mut c_void) }
+    } else {
+        let (Some(add), Some(create)) = (d.graph_add_event_record_node, d.event_create) else {
+            return Err("libcuda lacks cuGraphAddEventRecordNode");
+        };
+        let mut ev: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer; CU_EVENT_DISABLE_TIMING (2). Leaked: a measurement only.
+        if unsafe { create(&mut ev, 2) } != 0 {
+            return Err("cuEventCreate failed");
+        }
+        // SAFETY: the user's graph, one of its nodes, an event we made.
+        unsafe { add(&mut node, g, deps.as_ptr(), 1, ev) }
+    };
+    if r != 0 || node.is_null() {
+        return Err("a measured leaf node (memset or event record) was refused");
+    }
+    Ok(node as usize)
 }
 
 #[cfg(test)]

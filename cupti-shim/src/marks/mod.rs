@@ -220,7 +220,7 @@ pub fn stream_handle(stream: u64, per_thread: bool) -> u64 {
 }
 
 /// `WEDGEPROBE_SHIM_DEBUG=1`: one line per event of the marks' set-up (never per launch).
-fn debug(args: std::fmt::Arguments) {
+pub(crate) fn debug(args: std::fmt::Arguments) {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if *ON.get_or_init(|| std::env::var("WEDGEPROBE_SHIM_DEBUG").is_ok_and(|v| v == "1")) {
         crate::log_line(format!("debug: {args}").as_bytes());
