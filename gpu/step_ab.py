@@ -68,10 +68,13 @@ def graph_marks(model, cfg, x, graph_pairs, loop_pairs, rng):
         return
     # The switch's value: kernels a mark covers | 8192 (event-record leaves: their price
     # only), as marks::graph::SHAPE_*.
-    variants = {4: "", 8: " (every 8th)", 4 | 8192: " (event-record leaves, price only)"}
+    # "bias": a second unmarked capture — two captures of one graph differ by themselves
+    # (placement), which bounds what a small figure says.
+    variants = {4: "", 8: " (every 8th)", 4 | 8192: " (event-record leaves, price only)",
+                "bias": " (bias: a second capture, unmarked)"}
     graphs = {}
     for code in (0, *variants):
-        gm(code)
+        gm(0 if code == "bias" else code)
         g, _, ids = sb.graph_step(model, cfg)
         graphs[code] = (g, ids, capture_adds(x))
     gm(4)
