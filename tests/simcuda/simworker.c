@@ -40,7 +40,8 @@
  *                                                the exec is updated in place from a second graph
  *                                                of the same shape before the replays;
  *                                                SIMWORKER_GRAPH_BUILD=capture: a chain captured
- *                                                from the stream's launches (as PyTorch does)
+ *                                                from the stream's launches (as PyTorch does);
+ *                                                SIMWORKER_GRAPH_INSTANTIATE_FLAGS: its flags
  *
  * SIMWORKER_GUARD=1 adds a thread that waits in futex(FUTEX_WAIT) with known values in its
  * callee-saved, argument and vector registers, woken every 10 ms, and checks them after each
@@ -415,7 +416,9 @@ static void run_graph(double run_s, double start) {
     shape = shape ? shape : "chain";
     CUgraph g = build_graph(shape, nodes ? atoi(nodes) : 12, wedge_at, "graph");
     CUgraphExec exec;
-    if (cuGraphInstantiateWithFlags(&exec, g, 0) != 0) {
+    /* SIMWORKER_GRAPH_INSTANTIATE_FLAGS: e.g. 4, CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH. */
+    const char *iflags = getenv("SIMWORKER_GRAPH_INSTANTIATE_FLAGS");
+    if (cuGraphInstantiateWithFlags(&exec, g, iflags ? strtoull(iflags, NULL, 0) : 0) != 0) {
         fprintf(stderr, "simworker: cuGraphInstantiateWithFlags failed\n");
         exit(2);
     }

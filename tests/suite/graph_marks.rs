@@ -222,6 +222,42 @@ fn graph_marks_never_change_what_a_graph_runs() {
     }
 }
 
+/// A device-launched graph (CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) is not covered: no
+/// marks go in, one line says so, and its stuck replay is named as the graph launch it is.
+#[test]
+fn a_device_launched_graph_is_said_not_covered_and_gets_no_marks() {
+    require_root!();
+    let log = std::env::temp_dir().join(format!("wp-graph-device-{}.stderr", std::process::id()));
+    let shim = shim_path();
+    let w = Worker::spawn_logged(
+        &["graph", "10"],
+        &[
+            ("CUDA_INJECTION64_PATH", &shim),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+            ("SIMWORKER_GRAPH_WEDGE_AT", "5"),
+            ("SIMWORKER_GRAPH_INSTANTIATE_FLAGS", "4"),
+        ],
+        &log,
+    );
+    w.wait_for_cuda();
+    let mut r = serde_json::Value::Null;
+    let wedged = wait_until(secs(8.0), || {
+        r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+        r["verdict"]["kind"] == "kernel_wedge"
+    });
+    drop(w);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(wedged, "{}", r["verdict"]);
+    assert!(
+        text.contains("a device-launched graph is not covered by graph marks"),
+        "{text}"
+    );
+    let head = &r["kernels"][0];
+    assert!(head["graph"].get("marks").is_none(), "{head}");
+    assert_eq!(head["graph"]["kernel_nodes"], 12, "{head}");
+}
+
 #[test]
 fn a_driver_refusing_the_marked_graph_gets_the_users_graph_instantiated() {
     require_root!();
