@@ -1,5 +1,6 @@
-//! The stuck node of a CUDA graph in the default mode (issue 30): the shim's graph marks
-//! (cupti-shim/src/marks/graph.rs) on the simulated driver's graph API, for each graph shape
+//! The stuck node of a CUDA graph (issue 30): the shim's graph marks
+//! (cupti-shim/src/marks/graph.rs; opt-in, `WEDGEPROBE_GRAPH_MARK_EVERY`, after their price on
+//! the GPU) on the simulated driver's graph API, for each graph shape
 //! the issue names — a chain with the stuck kernel early, in the middle and last, after
 //! healthy replays of the same exec; captured from a stream; branches; a child graph; an exec
 //! updated in place —
@@ -9,12 +10,14 @@ use std::io::Read;
 
 use super::*;
 
-/// A `simworker graph` run with the shim (marks mode, the default) and `env`; waits until the
-/// report calls it a kernel wedge and returns that report's first head.
+/// A `simworker graph` run with the shim (marks mode, the default; graph marks on, a mark per
+/// 4 kernel nodes, unless `env` says otherwise) and `env`; waits until the report calls it a
+/// kernel wedge and returns that report's first head.
 fn stuck_head(env: &[(&str, &str)]) -> serde_json::Value {
     let shim = shim_path();
     let mut all: Vec<(&str, &str)> = vec![
         ("CUDA_INJECTION64_PATH", &shim),
+        ("WEDGEPROBE_GRAPH_MARK_EVERY", "4"),
         ("SIMCUDA_RELEASE_AFTER_S", "12"),
         // Two healthy replays of the same exec first: their marks set every word, and the
         // third replay's reset must clear them.
@@ -216,10 +219,30 @@ fn graph_marks_never_change_what_a_graph_runs() {
             ]
             .concat(),
         );
-        let with_marks = graph_output(&[&base[..], &[("CUDA_INJECTION64_PATH", &shim)]].concat());
+        let on = [
+            ("CUDA_INJECTION64_PATH", shim.as_str()),
+            ("WEDGEPROBE_GRAPH_MARK_EVERY", "4"),
+        ];
+        let with_marks = graph_output(&[&base[..], &on[..]].concat());
         assert_eq!(without, with_shim_no_marks, "{shape}");
         assert_eq!(without, with_marks, "{shape}");
     }
+}
+
+/// Graph marks are opt-in (their price on the GPU: the module doc of marks::graph): by
+/// default a stuck replay is the graph launch with its kernel nodes listed, and no node of
+/// ours goes into the user's graph.
+#[test]
+fn by_default_a_graph_gets_no_marks_and_its_launch_is_named_with_its_nodes() {
+    require_root!();
+    let head = stuck_head(&[
+        ("SIMWORKER_GRAPH_WEDGE_AT", "5"),
+        ("WEDGEPROBE_GRAPH_MARK_EVERY", ""),
+    ]);
+    let g = &head["graph"];
+    assert!(g.get("marks").is_none(), "{head}");
+    assert_eq!(g["kernel_nodes"], 12, "{head}");
+    assert_eq!(g["node_progress"], false, "{head}");
 }
 
 /// A device-launched graph (CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) is not covered: no
@@ -236,6 +259,7 @@ fn a_device_launched_graph_is_said_not_covered_and_gets_no_marks() {
             ("SIMCUDA_RELEASE_AFTER_S", "8"),
             ("SIMWORKER_GRAPH_WEDGE_AT", "5"),
             ("SIMWORKER_GRAPH_INSTANTIATE_FLAGS", "4"),
+            ("WEDGEPROBE_GRAPH_MARK_EVERY", "4"),
         ],
         &log,
     );
@@ -268,6 +292,7 @@ fn a_driver_refusing_the_marked_graph_gets_the_users_graph_instantiated() {
         &[
             ("CUDA_INJECTION64_PATH", &shim),
             ("SIMCUDA_INSTANTIATE_REFUSES_MEMOPS", "1"),
+            ("WEDGEPROBE_GRAPH_MARK_EVERY", "4"),
             ("SIMWORKER_GRAPH_REPLAYS", "40"),
         ],
         &log,

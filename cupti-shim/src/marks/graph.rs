@@ -1,5 +1,10 @@
-//! Marks inside CUDA graph replays, so that the default mode names the stuck node of a graph
-//! (issue 30), not only "graph launch (exec N)".
+//! Marks inside CUDA graph replays, so that a stuck replay is named to its node (issue 30), not
+//! only "graph launch (exec N)". **Opt-in** (`WEDGEPROBE_GRAPH_MARK_EVERY=N`): measured on an
+//! H100 (docs/runs/h100-2026-12-07-1336-graph-marks-price.md), a leaf write after every 4th
+//! kernel node cost PyTorch's transformers decode graph (779 kernel nodes) +4.8% a replay
+//! against +0.6% between two unmarked captures, every 8th +3.4%, and a launch-bound graph of
+//! 100 tiny kernels +12%; a decode-shaped chain of 250 kernels of ~11 µs +0.9%. Not a price
+//! to leave on by default; the default mode names the stuck graph launch and lists its nodes.
 //!
 //! Stream marks go between launches, never inside a replay. Measured on the H200 (issue 30,
 //! a chain of 256 kernels): a 64-bit write node *in the chain* after every kernel costs +33% /
@@ -47,9 +52,9 @@ const NODE_CONDITIONAL: u32 = 13;
 pub const INSTANTIATE_DEVICE_LAUNCH: u64 = 4;
 /// Words an exec may take: its reset is one batch node of `MAX_WORDS / 2` 64-bit writes.
 const MAX_WORDS: usize = 512;
-/// Default kernels a mark covers: measured leaf-write price every 4th kernel, +0.8% (6 µs
-/// kernels) and ≤ 4 candidates by construction.
-const DEFAULT_EVERY: u32 = 4;
+/// Kernels a mark covers when not set: none (off; see the module's doc for the price). Set,
+/// 4 gives ≤ 4 candidates by construction.
+const DEFAULT_EVERY: u32 = 0;
 /// `CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP`.
 const REGISTER_FLAGS: u32 = 0x01 | 0x02;
 /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.

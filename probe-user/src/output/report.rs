@@ -422,7 +422,7 @@ impl Report {
                 {
                     writeln!(
                         out,
-                        "      graph launch: exec {} (graph {}), {} kernel nodes; node progress is not recorded with stream marks (WEDGEPROBE_SHIM_RECORD=exact records it); its kernel nodes:",
+                        "      graph launch: exec {} (graph {}), {} kernel nodes; node progress is not recorded with stream marks (WEDGEPROBE_GRAPH_MARK_EVERY=4 or WEDGEPROBE_SHIM_RECORD=exact records it); its kernel nodes:",
                         g.exec_id,
                         g.graph_id.map_or("?".into(), |id| id.to_string()),
                         g.kernel_nodes

@@ -219,7 +219,7 @@ pub fn describe(head: &StreamHead, j: &KernelJudgement) -> String {
     let what = match &head.graph {
         Some(g) if g.marks.is_some() => graph_marks_line(g),
         Some(g) if !g.node_progress => format!(
-            "graph launch (exec {}) of {} kernel nodes ({}…; node progress is not recorded with stream marks: WEDGEPROBE_SHIM_RECORD=exact names the node)",
+            "graph launch (exec {}) of {} kernel nodes ({}…; node progress is not recorded with stream marks: graph marks, WEDGEPROBE_GRAPH_MARK_EVERY=4 in the process's environment, narrow it to <= 4 nodes, WEDGEPROBE_SHIM_RECORD=exact names it — each at the price in BENCHMARKS.md)",
             g.exec_id,
             g.kernel_nodes,
             g.not_completed
