@@ -327,7 +327,11 @@ fn forget_exec(handle: usize) {
 /// graph (`marks::graph`). Why a graph gets none is logged once per reason.
 fn mark_graph(i: usize, kind: Kind, a: [usize; 6]) -> Option<marks::graph::Added> {
     let rec = record::get()?;
-    if !hot::recording() || rec.record_mode() != probe_common::journal::RECORD_MARKS || a[1] == 0 {
+    if !hot::recording()
+        || rec.record_mode() != probe_common::journal::RECORD_MARKS
+        || a[1] == 0
+        || !marks::graph::enabled()
+    {
         return None;
     }
     let name = CALLS[i].0.to_bytes();

@@ -156,6 +156,12 @@ pub fn set_every(every: u32) -> u32 {
     })
 }
 
+/// Whether graph marks are on (`WEDGEPROBE_GRAPH_MARK_EVERY` set to 1..=64): off, an
+/// instantiation costs nothing more than before — its graph is not even read.
+pub fn enabled() -> bool {
+    STATE.lock().is_ok_and(|mut s| every(&mut s) != 0)
+}
+
 fn every(state: &mut State) -> u32 {
     *state.every.get_or_insert_with(|| {
         std::env::var("WEDGEPROBE_GRAPH_MARK_EVERY")
