@@ -27,7 +27,7 @@
 //!   is a counter every writer of one of the stream's ring records bumps (`fetch_add`) before
 //!   it reserves the record's ring index.
 //! - Graph mark words: written by the GPU (leaf write nodes the shim adds to an instantiated
-//!   graph, and one in-chain reset node a replay: `GraphSlot::position`/`mark`), page-aligned
+//!   graph, and one reset node a replay: `GraphSlot::position`/`mark`), page-aligned
 //!   so the shim can register them with the driver; 1 = the kernels before it completed in the
 //!   replay running now (or no replay has started), 0 = not yet.
 //! - `Header::control` and `Header::per_kernel_until_ns`: the words the *reader* writes (a
