@@ -11,9 +11,9 @@ use std::io::Read;
 use super::*;
 
 /// A `simworker graph` run with the shim (marks mode, the default; graph marks on, a mark per
-/// 4 kernel nodes, unless `env` says otherwise) and `env`; waits until the report calls it a
-/// kernel wedge and returns that report's first head.
-fn stuck_head(env: &[(&str, &str)]) -> serde_json::Value {
+/// 4 kernel nodes, unless `env` says otherwise) and `env`, its stderr into `log` if given;
+/// waits until the report calls it a kernel wedge and returns that report's first head.
+fn stuck_head_logged(env: &[(&str, &str)], log: Option<&std::path::Path>) -> serde_json::Value {
     let shim = shim_path();
     let mut all: Vec<(&str, &str)> = vec![
         ("CUDA_INJECTION64_PATH", &shim),
@@ -24,7 +24,10 @@ fn stuck_head(env: &[(&str, &str)]) -> serde_json::Value {
         ("SIMCUDA_WEDGE_ON_RUN", "3"),
     ];
     all.extend_from_slice(env);
-    let w = Worker::spawn(&["graph", "10"], &all);
+    let w = match log {
+        Some(log) => Worker::spawn_logged(&["graph", "10"], &all, log),
+        None => Worker::spawn(&["graph", "10"], &all),
+    };
     w.wait_for_cuda();
     let mut last = serde_json::Value::Null;
     let wedged = wait_until(secs(8.0), || {
@@ -33,6 +36,10 @@ fn stuck_head(env: &[(&str, &str)]) -> serde_json::Value {
     });
     assert!(wedged, "{env:?}: no kernel wedge: {}", last["verdict"]);
     last["kernels"][0].clone()
+}
+
+fn stuck_head(env: &[(&str, &str)]) -> serde_json::Value {
+    stuck_head_logged(env, None)
 }
 
 fn names(nodes: &serde_json::Value) -> Vec<String> {
@@ -251,33 +258,19 @@ fn by_default_a_graph_gets_no_marks_and_its_launch_is_named_with_its_nodes() {
 fn a_device_launched_graph_is_said_not_covered_and_gets_no_marks() {
     require_root!();
     let log = std::env::temp_dir().join(format!("wp-graph-device-{}.stderr", std::process::id()));
-    let shim = shim_path();
-    let w = Worker::spawn_logged(
-        &["graph", "10"],
+    let head = stuck_head_logged(
         &[
-            ("CUDA_INJECTION64_PATH", &shim),
-            ("SIMCUDA_RELEASE_AFTER_S", "8"),
             ("SIMWORKER_GRAPH_WEDGE_AT", "5"),
             ("SIMWORKER_GRAPH_INSTANTIATE_FLAGS", "4"),
-            ("WEDGEPROBE_GRAPH_MARK_EVERY", "4"),
         ],
-        &log,
+        Some(&log),
     );
-    w.wait_for_cuda();
-    let mut r = serde_json::Value::Null;
-    let wedged = wait_until(secs(8.0), || {
-        r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
-        r["verdict"]["kind"] == "kernel_wedge"
-    });
-    drop(w);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&log);
-    assert!(wedged, "{}", r["verdict"]);
     assert!(
         text.contains("a device-launched graph is not covered by graph marks"),
         "{text}"
     );
-    let head = &r["kernels"][0];
     assert!(head["graph"].get("marks").is_none(), "{head}");
     assert_eq!(head["graph"]["kernel_nodes"], 12, "{head}");
 }

@@ -17,7 +17,7 @@
 //! any of them through (the System V ABI ignores unused argument registers).
 
 use std::{
-    ffi::{CStr, c_void},
+    ffi::CStr,
     sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering},
 };
 
@@ -236,20 +236,17 @@ const EXECS: usize = 1024;
 static EXEC_HANDLE: [AtomicUsize; EXECS] = [const { AtomicUsize::new(0) }; EXECS];
 static EXEC_ID: [AtomicU32; EXECS] = [const { AtomicU32::new(0) }; EXECS];
 
-/// The graph bookkeeping of instantiations, updates and destructions (rare calls, one lock):
-/// ids handed out, each marked exec's graph mark words, the reasons already logged.
+/// The graph bookkeeping of instantiations and updates (rare calls, one lock): ids handed
+/// out, the reasons already logged. (Each marked exec's words: `marks::graph`.)
 struct Book {
     next_graph: u32,
     next_node: u64,
-    /// (exec handle, its first graph mark word, how many).
-    exec_words: Vec<(usize, u32, u32)>,
     logged: Vec<Vec<u8>>,
 }
 
 static BOOK: std::sync::Mutex<Book> = std::sync::Mutex::new(Book {
     next_graph: 1,
     next_node: 1,
-    exec_words: Vec::new(),
     logged: Vec::new(),
 });
 
@@ -291,13 +288,6 @@ fn exec_slot(handle: usize) -> Option<usize> {
     None
 }
 
-/// The exec's graph mark words (first, count), if its replays carry marks.
-fn exec_words(handle: usize) -> Option<(u32, u32)> {
-    let book = BOOK.lock().ok()?;
-    let &(_, first, n) = book.exec_words.iter().find(|e| e.0 == handle)?;
-    Some((first, n))
-}
-
 fn forget_exec(handle: usize) {
     let h = home(handle);
     for k in 0..EXECS {
@@ -306,15 +296,7 @@ fn forget_exec(handle: usize) {
             0 => return,
             x if x == handle => {
                 EXEC_ID[i].store(0, Ordering::Release);
-                // A replay still running when its exec is destroyed may write its words once
-                // more: a 1 in another exec's fresh words, which start at 1 anyway.
-                let words = BOOK.lock().ok().and_then(|mut b| {
-                    let k = b.exec_words.iter().position(|e| e.0 == handle)?;
-                    Some(b.exec_words.swap_remove(k))
-                });
-                if let Some((_, first, n)) = words {
-                    marks::graph::give_words(first, n);
-                }
+                marks::graph::forget(handle);
                 EXEC_HANDLE[i].store(GONE, Ordering::Release);
                 return;
             }
@@ -336,7 +318,7 @@ fn mark_graph(i: usize, kind: Kind, a: [usize; 6]) -> Option<marks::graph::Added
     }
     let name = CALLS[i].0.to_bytes();
     let reuse = match kind {
-        Kind::ExecUpdate => Some(exec_words(a[0])?),
+        Kind::ExecUpdate => Some(marks::graph::words_of(a[0])?),
         _ => {
             let flags = if name.starts_with(b"cuGraphInstantiateWithFlags") {
                 a[2] as u64
@@ -424,27 +406,13 @@ fn record_nodes(
             }
         }
         None => {
-            let d = driver::driver();
-            let (Some(get_nodes), Some(node_type)) = (d.graph_get_nodes, d.graph_node_type) else {
-                return None;
-            };
-            let mut n = 0usize;
-            // SAFETY: the graph just instantiated; a null array asks for the count.
-            if unsafe { get_nodes(graph as *mut c_void, std::ptr::null_mut(), &mut n) } != 0 {
-                return None;
-            }
-            let mut nodes = vec![std::ptr::null_mut::<c_void>(); n];
-            // SAFETY: an array of `n` node handles.
-            if unsafe { get_nodes(graph as *mut c_void, nodes.as_mut_ptr(), &mut n) } != 0 {
-                return None;
-            }
-            for &node in nodes.iter().take(n) {
-                let mut t = u32::MAX;
-                // SAFETY: a node of the graph; out-pointer.
-                if unsafe { node_type(node, &mut t) } != 0 || t != 0 {
-                    continue; // CU_GRAPH_NODE_TYPE_KERNEL = 0
-                }
-                let name = driver::kernel_node_name(node.cast());
+            // CU_GRAPH_NODE_TYPE_KERNEL = 0
+            for (node, _) in marks::graph::nodes_of(graph)
+                .ok()?
+                .into_iter()
+                .filter(|n| n.1 == 0)
+            {
+                let name = driver::kernel_node_name(node as *mut _);
                 let node_id = next_node_id();
                 w.graph_kernel_node(node_id, 0, graph_id, w.intern(&name));
             }
@@ -467,6 +435,9 @@ fn instantiated(exec: usize, graph: usize, mut added: Option<marks::graph::Added
         return;
     };
     let Some(graph_id) = record_nodes(rec, graph, added.as_ref()) else {
+        if let Some(a) = added {
+            marks::graph::give_words(a.first, a.words);
+        }
         return;
     };
     let exec_id = next_graph_id();
@@ -491,11 +462,8 @@ fn instantiated(exec: usize, graph: usize, mut added: Option<marks::graph::Added
                     a.first
                 ));
             }
-            if let (Some(a), Ok(mut book)) = (added, BOOK.lock()) {
-                book.exec_words.retain(|e| e.0 != exec);
-                book.exec_words.push((exec, a.first, a.words));
-                drop(book);
-                marks::graph::track(exec_id, a.first, a.words);
+            if let Some(a) = added {
+                marks::graph::track(exec, exec_id, a.first, a.words);
             }
             return;
         }

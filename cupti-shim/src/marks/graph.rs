@@ -95,8 +95,10 @@ pub const SHAPE_EVENT_LEAVES: u32 = 1 << 13;
 /// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`.
 const WRITE_NO_MEMORY_BARRIER: u32 = 0x1;
 
-/// An exec's words as the flush thread last saw them, and since when.
+/// A marked exec: its handle, its id in the journal, its words as the flush thread last saw
+/// them, and since when.
 struct Live {
+    exec: usize,
     exec_id: u32,
     first: u32,
     seen: Vec<u32>,
@@ -111,16 +113,34 @@ static STATE: Mutex<State> = Mutex::new(State {
     shape: 0,
 });
 
-/// Exec `exec_id` replays with words `first..first+words`: the flush thread watches them.
-pub fn track(exec_id: u32, first: u32, words: u32) {
+/// Exec `exec` (our id `exec_id`) replays with words `first..first+words`: kept for its
+/// updates and destruction, and watched by the flush thread.
+pub fn track(exec: usize, exec_id: u32, first: u32, words: u32) {
     if let Ok(mut s) = STATE.lock() {
-        s.live.retain(|l| l.exec_id != exec_id && l.first != first);
+        s.live
+            .retain(|l| l.exec != exec && l.exec_id != exec_id && l.first != first);
         s.live.push(Live {
+            exec,
             exec_id,
             first,
             seen: vec![1; words as usize],
             since_ns: 0,
         });
+    }
+}
+
+/// Exec `exec`'s words (first, count), if its replays carry marks.
+pub fn words_of(exec: usize) -> Option<(u32, u32)> {
+    let s = STATE.lock().ok()?;
+    let l = s.live.iter().find(|l| l.exec == exec)?;
+    Some((l.first, l.seen.len() as u32))
+}
+
+/// Exec `exec` was destroyed: its words go back. A replay still running then may write them
+/// once more — a 1 in another exec's fresh words, which start at 1 anyway.
+pub fn forget(exec: usize) {
+    if let Some((first, n)) = words_of(exec) {
+        give_words(first, n);
     }
 }
 
@@ -310,8 +330,8 @@ pub fn plan(shape: &Shape, every: u32) -> Result<Plan, &'static str> {
     })
 }
 
-/// The graph's nodes and edges as the driver reports them.
-pub fn shape_of(graph: usize) -> Result<Shape, &'static str> {
+/// The graph's nodes with their types (`CU_GRAPH_NODE_TYPE_*`), in the driver's order.
+pub fn nodes_of(graph: usize) -> Result<Vec<(usize, u32)>, &'static str> {
     let d = driver::driver();
     let (Some(get_nodes), Some(node_type)) = (d.graph_get_nodes, d.graph_node_type) else {
         return Err("libcuda lacks cuGraphGetNodes or cuGraphNodeGetType");
@@ -337,6 +357,13 @@ pub fn shape_of(graph: usize) -> Result<Shape, &'static str> {
         }
         typed.push((node as usize, t));
     }
+    Ok(typed)
+}
+
+/// The graph's nodes and edges as the driver reports them.
+pub fn shape_of(graph: usize) -> Result<Shape, &'static str> {
+    let typed = nodes_of(graph)?;
+    let g = graph as *mut c_void;
     let (from, to, e) = edges(g)?;
     let edges = from
         .iter()

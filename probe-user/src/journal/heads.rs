@@ -457,14 +457,24 @@ impl JournalCursor {
         // Graph marks: a stream's earliest graph launch whose replay has begun and not
         // finished is what the stream is running — the launches before it have completed,
         // whatever the stream marks could prove.
+        // Each exec's words are read once a scan (a stream can hold ~1,000 queued replays).
         if self.marks_mode
             && let Some(g) = graphs.as_ref()
+            && !g.exec_marks.is_empty()
         {
+            let mut execs: Vec<u32> = live
+                .iter()
+                .filter(|s| s.graph_id != 0)
+                .map(|s| s.graph_id)
+                .collect();
+            execs.sort_unstable();
+            execs.dedup();
+            execs.retain(|&e| started_replay(view, g, e).is_some());
             for q in &mut streams {
                 let running = live
                     .iter()
                     .filter(|s| (s.device, s.stream_id, s.stream) == q.key && s.graph_id != 0)
-                    .filter(|s| started_replay(view, g, s.graph_id).is_some())
+                    .filter(|s| execs.binary_search(&s.graph_id).is_ok())
                     .min_by_key(|s| s.correlation);
                 if let Some(r) = running {
                     q.len = live
