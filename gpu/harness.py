@@ -433,6 +433,36 @@ def graph_marks_cost(run):
     marked_lines(run, p)
 
 
+@scenario("graph-event-marks", sets=("cost",))
+def graph_event_marks(run):
+    """Event-record nodes in a graph's chain as marks: their replay price against none and
+    against leaf writes (gpu/graph_event_marks.cu cost; step_ab.py AB_ONLY=graph_marks on the
+    transformers decode graph), and what cudaEventQuery reads of a stuck replay's events."""
+    exe = run.h.cuda("graph_event_marks", libs=("-lpthread", "-lcuda"))
+    if not run.check("graph_event_marks.cu builds", exe):
+        return
+    p = run.start([exe, "wedge", "1.5"], suffix="wedge")
+    code = run.exit_code(p, 120)
+    run.notes += [l.rstrip() for l in run.out(p).splitlines() if l.strip()]
+    run.check("graph_event_marks wedge exits 0", code == 0, run.err(p)[-300:])
+    pairs = "50" if run.h.quick else "150"
+    for spread, nodes in (("decode", "250"), ("short", "250"), ("tiny", "100")):
+        p = run.start(["taskset", "-c", "2-9", exe, "cost", nodes, pairs, spread],
+                      suffix=f"cost-{spread}")
+        code = run.exit_code(p, 240)
+        run.notes += [l.rstrip() for l in run.out(p).splitlines() if l.strip()]
+        run.check(f"graph_event_marks cost ({spread}) exits 0", code == 0, run.err(p)[-300:])
+    args = ["0", "100", "60"] if run.h.quick else ["0", "300", "150"]
+    p = run.start(["taskset", "-c", "2-9", "python3", "step_ab.py", *args], shim=True,
+                  env={"WEDGEPROBE_SHIM_MEASURE": "toggle", "AB_ONLY": "graph_marks",
+                       "GRAPH_MARK_VARIANTS": "events", "WEDGEPROBE_SHIM_DEBUG": "1"},
+                  suffix="cost-torch")
+    code = run.exit_code(p, 300)
+    run.notes += [l.strip() for l in run.out(p).splitlines() if "median" in l]
+    run.check("step_ab graph marks exits 0", code == 0, run.err(p)[-300:])
+    marked_lines(run, p)
+
+
 def marked_lines(run, p):
     """What the shim said of the graphs it marked (WEDGEPROBE_SHIM_DEBUG=1) and why it left one
     unmarked: a variant the driver refused measures an unmarked graph, so it must be seen."""

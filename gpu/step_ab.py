@@ -72,6 +72,11 @@ def graph_marks(model, cfg, x, graph_pairs, loop_pairs, rng):
     # (placement), which bounds what a small figure says.
     variants = {4: "", 8: " (every 8th)", 4 | 8192: " (event-record leaves, price only)",
                 "bias": " (bias: a second capture, unmarked)"}
+    if os.environ.get("GRAPH_MARK_VARIANTS") == "events":
+        # 16384: event-record nodes in the chain (marks::graph::SHAPE_EVENT_IN_CHAIN).
+        variants = {4: "", 4 | 16384: " (events in the chain, every 4th)",
+                    1 | 16384: " (events in the chain, every kernel)",
+                    "bias": " (bias: a second capture, unmarked)"}
     graphs = {}
     for code in (0, *variants):
         gm(0 if code == "bias" else code)

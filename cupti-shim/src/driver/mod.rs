@@ -84,6 +84,8 @@ pub struct MemsetParams {
 /// `cuGraphAddDependencies(graph, from, to, n)` (the CUDA 12 form, as above).
 pub type GraphAddDependencies =
     unsafe extern "C" fn(*mut c_void, *const *mut c_void, *const *mut c_void, usize) -> u32;
+/// `cuGraphRemoveDependencies(graph, from, to, n)` (edges without data).
+pub type GraphRemoveDependencies = GraphAddDependencies;
 /// `cuGraphAddBatchMemOpNode(&node, graph, deps, n, &params)`.
 pub type GraphAddBatchMemOpNode = unsafe extern "C" fn(
     *mut *mut c_void,
@@ -149,6 +151,7 @@ pub struct Driver {
     pub graph_add_memset_node: Option<GraphAddMemsetNode>,
     pub graph_add_event_record_node: Option<GraphAddEventRecordNode>,
     pub graph_add_dependencies: Option<GraphAddDependencies>,
+    pub graph_remove_dependencies: Option<GraphRemoveDependencies>,
     pub graph_add_batch_mem_op_node: Option<GraphAddBatchMemOpNode>,
     pub graph_destroy_node: Option<GraphDestroyNode>,
     pub host_register: Option<HostRegister>,
@@ -261,6 +264,10 @@ pub fn driver() -> &'static Driver {
                     *mut c_void,
                     Option<GraphAddDependencies>,
                 >(sym(c"cuGraphAddDependencies")),
+                graph_remove_dependencies: std::mem::transmute::<
+                    *mut c_void,
+                    Option<GraphRemoveDependencies>,
+                >(sym(c"cuGraphRemoveDependencies")),
                 graph_add_batch_mem_op_node: std::mem::transmute::<
                     *mut c_void,
                     Option<GraphAddBatchMemOpNode>,

@@ -92,6 +92,10 @@ pub const SHAPE_NO_FENCE: u32 = 1 << 11;
 /// only), instead of write nodes.
 pub const SHAPE_MEMSET_LEAVES: u32 = 1 << 12;
 pub const SHAPE_EVENT_LEAVES: u32 = 1 << 13;
+/// Event record nodes *in* the chain, after the mark's node and before what followed it (no
+/// reset, no leaves; nothing reads them yet: their price only). An event record on a stream
+/// costs ~0 GPU time where a write costs ~2.1 µs (BENCHMARKS.md, the marks' GPU price).
+pub const SHAPE_EVENT_IN_CHAIN: u32 = 1 << 14;
 /// `CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER`.
 const WRITE_NO_MEMORY_BARRIER: u32 = 0x1;
 
@@ -364,66 +368,16 @@ pub fn nodes_of(graph: usize) -> Result<Vec<(usize, u32)>, &'static str> {
 pub fn shape_of(graph: usize) -> Result<Shape, &'static str> {
     let typed = nodes_of(graph)?;
     let g = graph as *mut c_void;
-    let (from, to, e) = edges(g)?;
+    let (from, to, _) = edges_with_data(g)?;
     let edges = from
         .iter()
         .zip(&to)
-        .take(e)
         .map(|(&f, &t)| (f as usize, t as usize))
         .collect();
     Ok(Shape {
         nodes: typed,
         edges,
     })
-}
-
-/// The graph's edges (from, to, count): through `cuGraphGetEdges_v2` where the driver has it
-/// (it lists edges that carry data — a programmatic dependency is still an order for the
-/// branches), else the CUDA 12 form.
-#[allow(clippy::type_complexity)]
-fn edges(g: *mut c_void) -> Result<(Vec<*mut c_void>, Vec<*mut c_void>, usize), &'static str> {
-    let d = driver::driver();
-    let null: *mut c_void = std::ptr::null_mut();
-    let none: *mut *mut c_void = std::ptr::null_mut();
-    let mut e = 0usize;
-    if let Some(v2) = d.graph_get_edges_v2 {
-        // SAFETY: null arrays ask for the count.
-        if unsafe { v2(g, none, none, std::ptr::null_mut(), &mut e) } != 0 {
-            return Err("cuGraphGetEdges_v2 failed");
-        }
-        let (mut from, mut to) = (vec![null; e], vec![null; e]);
-        let mut data = vec![[0u8; 8]; e];
-        if e > 0
-            // SAFETY: three arrays of `e` entries (CUgraphEdgeData is 8 bytes).
-            && unsafe {
-                v2(
-                    g,
-                    from.as_mut_ptr(),
-                    to.as_mut_ptr(),
-                    data.as_mut_ptr(),
-                    &mut e,
-                )
-            } != 0
-        {
-            return Err("cuGraphGetEdges_v2 failed");
-        }
-        return Ok((from, to, e));
-    }
-    let Some(get_edges) = d.graph_get_edges else {
-        return Err("libcuda lacks cuGraphGetEdges");
-    };
-    // SAFETY: null arrays ask for the count.
-    if unsafe { get_edges(g, none, none, &mut e) } != 0 {
-        return Err(
-            "cuGraphGetEdges failed (a graph whose edges carry data, on a driver without cuGraphGetEdges_v2)",
-        );
-    }
-    let (mut from, mut to) = (vec![null; e], vec![null; e]);
-    // SAFETY: two arrays of `e` handles.
-    if e > 0 && unsafe { get_edges(g, from.as_mut_ptr(), to.as_mut_ptr(), &mut e) } != 0 {
-        return Err("cuGraphGetEdges failed");
-    }
-    Ok((from, to, e))
 }
 
 /// Takes `n` words (rounded up to an even count, at an even index: the reset writes 64 bits).
@@ -516,6 +470,9 @@ pub struct Added {
     pub first: u32,
     pub words: u32,
     nodes: Vec<usize>,
+    /// The user's edges our in-chain nodes were put into (`SHAPE_EVENT_IN_CHAIN`): given back
+    /// by `remove`.
+    rerouted: Vec<(usize, usize)>,
 }
 
 impl Added {
@@ -536,6 +493,14 @@ impl Added {
             }
         }
         self.nodes.clear();
+        if let Some(add_deps) = driver::driver().graph_add_dependencies {
+            for &(from, to) in &self.rerouted {
+                let (f, t) = (from as *mut c_void, to as *mut c_void);
+                // SAFETY: two nodes of the user's graph, the edge they had before.
+                unsafe { add_deps(self.graph as *mut c_void, &f, &t, 1) };
+            }
+        }
+        self.rerouted.clear();
     }
 }
 
@@ -575,6 +540,7 @@ pub fn add(
         first,
         words,
         nodes: Vec::new(),
+        rerouted: Vec::new(),
     };
     if let Err(e) = put_nodes(&mut added, base, ctx, shape) {
         added.remove();
@@ -597,6 +563,9 @@ fn put_nodes(a: &mut Added, base: u64, ctx: usize, shape: u32) -> Result<(), &'s
     else {
         return Err("libcuda lacks cuGraphAddBatchMemOpNode or cuGraphAddDependencies");
     };
+    if shape & SHAPE_EVENT_IN_CHAIN != 0 {
+        return events_in_chain(a);
+    }
     let word = |k: u32| base + 4 * u64::from(a.first + k);
     let g = a.graph as *mut c_void;
     let add = |ops: &[MemOpWrite], deps: &[usize]| -> Result<usize, &'static str> {
@@ -675,6 +644,103 @@ fn put_nodes(a: &mut Added, base: u64, ctx: usize, shape: u32) -> Result<(), &'s
         a.nodes.push(node);
     }
     Ok(())
+}
+
+/// `SHAPE_EVENT_IN_CHAIN`: an event record node after each mark's node, taking over that
+/// node's edges to what followed it (a node with an edge that carries data — a programmatic
+/// dependency — is left unmarked: an event node cannot be its source).
+fn events_in_chain(a: &mut Added) -> Result<(), &'static str> {
+    let d = driver::driver();
+    let (Some(add), Some(create), Some(add_deps), Some(remove_deps)) = (
+        d.graph_add_event_record_node,
+        d.event_create,
+        d.graph_add_dependencies,
+        d.graph_remove_dependencies,
+    ) else {
+        return Err("libcuda lacks cuGraphAddEventRecordNode or cuGraphRemoveDependencies");
+    };
+    let g = a.graph as *mut c_void;
+    let (from, to, data) = edges_with_data(g)?;
+    for k in 0..a.words as usize {
+        let after = a.plan.marks[k];
+        let outs: Vec<usize> = (0..from.len())
+            .filter(|&e| from[e] as usize == after)
+            .collect();
+        if outs.iter().any(|&e| data[e] != [0; 8]) {
+            continue;
+        }
+        let mut ev: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer; CU_EVENT_DISABLE_TIMING (2). Leaked: a measurement only.
+        if unsafe { create(&mut ev, 2) } != 0 {
+            return Err("cuEventCreate failed");
+        }
+        let dep = after as *mut c_void;
+        let mut node: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the user's graph, one of its nodes, an event we made.
+        if unsafe { add(&mut node, g, &dep, 1, ev) } != 0 || node.is_null() {
+            return Err("cuGraphAddEventRecordNode failed");
+        }
+        a.nodes.push(node as usize);
+        for &e in &outs {
+            // SAFETY: an edge of the user's graph (removed), then our node before its target.
+            if unsafe { remove_deps(g, &from[e], &to[e], 1) } != 0 {
+                return Err("cuGraphRemoveDependencies failed");
+            }
+            a.rerouted.push((after, to[e] as usize));
+            // SAFETY: our node and a node of the user's graph.
+            if unsafe { add_deps(g, &node, &to[e], 1) } != 0 {
+                return Err("cuGraphAddDependencies failed");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The graph's edges and their data: through `cuGraphGetEdges_v2` where the driver has it (it
+/// lists edges that carry data — a programmatic dependency is still an order for the
+/// branches), else the CUDA 12 form (all-zero data).
+#[allow(clippy::type_complexity)]
+fn edges_with_data(
+    g: *mut c_void,
+) -> Result<(Vec<*mut c_void>, Vec<*mut c_void>, Vec<[u8; 8]>), &'static str> {
+    let d = driver::driver();
+    let null: *mut c_void = std::ptr::null_mut();
+    let none: *mut *mut c_void = std::ptr::null_mut();
+    let mut e = 0usize;
+    let (mut from, mut to, mut data);
+    if let Some(v2) = d.graph_get_edges_v2 {
+        // SAFETY: null arrays ask for the count.
+        if unsafe { v2(g, none, none, std::ptr::null_mut(), &mut e) } != 0 {
+            return Err("cuGraphGetEdges_v2 failed");
+        }
+        (from, to, data) = (vec![null; e], vec![null; e], vec![[0u8; 8]; e]);
+        if e > 0
+            // SAFETY: three arrays of `e` entries (CUgraphEdgeData is 8 bytes).
+            && unsafe { v2(g, from.as_mut_ptr(), to.as_mut_ptr(), data.as_mut_ptr(), &mut e) }
+                != 0
+        {
+            return Err("cuGraphGetEdges_v2 failed");
+        }
+    } else {
+        let Some(get_edges) = d.graph_get_edges else {
+            return Err("libcuda lacks cuGraphGetEdges");
+        };
+        // SAFETY: null arrays ask for the count.
+        if unsafe { get_edges(g, none, none, &mut e) } != 0 {
+            return Err(
+                "cuGraphGetEdges failed (a graph whose edges carry data, on a driver without cuGraphGetEdges_v2)",
+            );
+        }
+        (from, to, data) = (vec![null; e], vec![null; e], vec![[0u8; 8]; e]);
+        // SAFETY: two arrays of `e` handles.
+        if e > 0 && unsafe { get_edges(g, from.as_mut_ptr(), to.as_mut_ptr(), &mut e) } != 0 {
+            return Err("cuGraphGetEdges failed");
+        }
+    }
+    from.truncate(e);
+    to.truncate(e);
+    data.truncate(e);
+    Ok((from, to, data))
 }
 
 /// A leaf of another kind, for its price (`SHAPE_MEMSET_LEAVES`, `SHAPE_EVENT_LEAVES`).
