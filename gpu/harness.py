@@ -382,6 +382,54 @@ def graph_node_marks(run):
         run.check(f"{shape} node {at}: reproducer exits 0 once released", run.exit_code(p, 60) == 0)
 
 
+@scenario("torch-graph-node-marks")
+def torch_graph_node_marks(run):
+    """The issue's own shape: a PyTorch graph (24 layers, ~150 kernel nodes, captured with
+    torch.cuda.graph) whose Triton node in layer 11 spins, after three healthy replays
+    (gpu/torch_graph_wedge.py). Graph marks on (every 4th): the Triton node named among <= 4;
+    by default: the graph launch named, its nodes listed; outputs equal with, without marks
+    and without the shim."""
+    sums, procs = {}, {}
+    for label, shim, env, at in (("marks", True, {"WEDGEPROBE_GRAPH_MARK_EVERY": "4",
+                                                  "WEDGEPROBE_SHIM_DEBUG": "1"}, "11"),
+                                 ("default", True, {}, "11"),
+                                 ("no shim", False, {}, "-1"),
+                                 ("marks, healthy", True, {"WEDGEPROBE_GRAPH_MARK_EVERY": "4"}, "-1")):
+        p = run.start(["python3", "torch_graph_wedge.py", "8", "24", at], shim=shim, env=env,
+                      suffix=label.replace(" ", "").replace(",", "-"))
+        procs[label] = p
+        if at != "-1":
+            line = run.wait_line(p, "stuck for")
+            run.check(f"{label}: the graph is replayed stuck", line, run.err(p)[-300:])
+            time.sleep(2.5)
+            ans = run.report([p.pid], "--kernel-floor", "2s")
+            run.check(f"{label}: verdict kernel_wedge",
+                      ans.get("verdict", {}).get("kind") == "kernel_wedge",
+                      ans.get("verdict", {}).get("summary", ans.get("error")))
+            how = names_kernel(ans, "spin_on_flag")
+            g = head(ans).get("graph") or {}
+            if label == "marks":
+                ok = bool(how) and (how == "graph node exact" or int(how.split()[-1]) <= 4)
+                run.check("marks: names the Triton node (exact or <= 4 candidates)", ok,
+                          how or g.get("marks"))
+            else:
+                run.check("default: the graph launch named with its nodes listed",
+                          how == "graph node" and g.get("kernel_nodes", 0) >= 100,
+                          how or g)
+            run.notes.append(f"{label}: {how}; {g.get('kernel_nodes')} kernel nodes; "
+                             f"{ans.get('verdict', {}).get('summary', '')[:300]}")
+        code = run.exit_code(p, 90)
+        run.check(f"{label}: exits 0", code == 0, run.err(p)[-300:])
+        out = [l for l in run.out(p).splitlines() if "checksum" in l]
+        sums[label] = out[-1].split()[-1] if out else None
+    run.notes.append(f"outputs: {sums}")
+    run.check("outputs equal with and without marks and the shim",
+              len(set(sums.values())) == 1 and None not in sums.values(), sums)
+    marked = [l.split("wedgeprobe shim: ", 1)[-1] for l in run.err(procs["marks"]).splitlines()
+              if "graph marks:" in l]
+    run.notes.append("marks: " + "; ".join(marked[-4:]))
+
+
 @scenario("graph-marks-outputs")
 def graph_marks_outputs(run):
     """A graph's output with graph marks, without them, and without the shim: the same."""

@@ -82,7 +82,8 @@ fn marks_image() -> OwnedJournal {
     w.graph_kernel_node_placed(41, 0, 5, name, place(1, 0, 1));
     w.graph_kernel_node_placed(42, 0, 5, name, place(2, 0, 2));
     w.graph_kernel_node_placed(43, 0, 5, name, place(3, 1, 3));
-    w.graph_exec_marked(10, 5, Some(ExecMarks { first: 2, words: 3, branches: 2 }));
+    // Its nodes' ids are consecutive from 41: the reader looks them up by key (`graphs_of`).
+    w.graph_exec_marked(10, 5, Some(ExecMarks { first: 2, words: 3, branches: 2 }), (41, 3));
     w.set_graph_mark_words(2, 3, 0);
     w.set_graph_mark_words(2, 1, 1);
     w.launch(&Launch {
@@ -114,6 +115,7 @@ fn read_all(image: &OwnedJournal) {
         }
         let _ = view.ring_since(u64::MAX, u64::MAX);
         let _ = view.graphs();
+        let _ = view.graphs_of(&[9, 10, 0, u32::MAX]);
         let _ = (view.marks(), view.record_mode());
         let mut cursor = probe_user::journal::heads::JournalCursor::default();
         cursor.advance(&view);

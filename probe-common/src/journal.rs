@@ -363,7 +363,10 @@ pub struct GraphSlot {
     /// Kernel node: which of its exec's mark words (counted from the exec's first, + 1) is set
     /// once it completed in a replay (0: none). Exec: how many mark words it has.
     pub mark: u32,
-    /// Kernel node: its launch dimensions (0 when not known).
+    /// Kernel node: its launch dimensions (0 when not known). Exec: `grid[0]` and `grid[1]`
+    /// hold the id of its first kernel node (low, high half): its `original` kernel nodes have
+    /// consecutive ids from there, so a reader looks them up (`graph_probes`) instead of
+    /// reading the whole table (0: not known, as from CUPTI's callbacks).
     pub grid: [u32; 3],
     pub block: [u32; 3],
     /// Exec: CLOCK_MONOTONIC ns since which the shim's flush thread has seen its mark words as
@@ -372,6 +375,16 @@ pub struct GraphSlot {
     /// replay under way, or none seen; atomic).
     pub since_ns: u64,
 }
+
+/// Slots of the graph table a key may sit in, in the order writer and readers try them: from
+/// its hashed home, one by one, at most `GRAPH_MAX_PROBE`. `cap` is a power of two (any other
+/// value still gives indices below it).
+pub fn graph_probes(key: u64, cap: u32) -> impl Iterator<Item = u32> {
+    let mask = cap.wrapping_sub(1);
+    let home = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 & mask;
+    (0..cap.min(GRAPH_MAX_PROBE)).map(move |k| home.wrapping_add(k) & mask)
+}
+pub const GRAPH_MAX_PROBE: u32 = 128;
 
 /// Graph mark words per graph table slot (`Layout::graph_marks_cap`): a mark follows at least
 /// one kernel node, and each kernel node takes a slot, so the words are never the scarcer.
@@ -426,7 +439,10 @@ impl Layout {
         inflight_cap: 8192,
         ring_cap: 16384,
         names_cap: 4096,
-        graphs_cap: 4096,
+        // vLLM's piecewise CUDA graphs: ~67 batch sizes × (layers + 1) pieces, and its full
+        // decode graphs beside them — thousands of execs, ~40,000 kernel nodes; 4,096 slots
+        // named none past the first few hundred execs (tests/suite/graph_marks.rs).
+        graphs_cap: 65536,
         marks_cap: 1024,
     };
 
@@ -648,16 +664,16 @@ mod tests {
         assert_eq!(size_of::<RingRecord>(), 112);
         assert_eq!(size_of::<NameSlot>(), 256);
         let before_words: u64 =
-            256 + 32 * 1024 + 104 * 8192 + 112 * 16384 + 256 * 4096 + 72 * 4096 + 40 * 1024;
+            256 + 32 * 1024 + 104 * 8192 + 112 * 16384 + 256 * 4096 + 72 * 65536 + 40 * 1024;
         assert_eq!(
             Layout::DEFAULT.graph_marks_off(),
             before_words.div_ceil(4096) * 4096
         );
         assert_eq!(Layout::DEFAULT.graph_marks_off() % 4096, 0);
-        assert_eq!(Layout::DEFAULT.graph_marks_cap(), 4096);
+        assert_eq!(Layout::DEFAULT.graph_marks_cap(), 65536);
         assert_eq!(
             Layout::DEFAULT.total_size(),
-            Layout::DEFAULT.graph_marks_off() + 4 * 4096
+            Layout::DEFAULT.graph_marks_off() + 4 * 65536
         );
     }
 

@@ -60,6 +60,10 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode *n, CUgraph g, const CUgraphNode *
                                   CUgraph child);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags);
 CUresult cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, void *info);
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p);
+CUresult cuGraphExecKernelNodeSetParams(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p);
+CUresult cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode n, const void *params);
+CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *n);
 CUresult cuGraphExecDestroy(CUgraphExec e);
 CUresult cuGraphLaunch(CUgraphExec e, CUstream s);
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode);

@@ -7,8 +7,10 @@
  * outlives the nodes taken out of its graph; a replay queues every node on the launch's
  * stream in that order (the serial "GPU" runs branches one after another), then the launch's
  * own completion; an exec update takes new kernels and dimensions where the topology is the
- * same, and fails like the real driver where it is not. Stream capture (one stream at a
- * time): launches into a capturing stream become a chain of kernel nodes.
+ * same, and fails like the real driver where it is not; a kernel node's function and
+ * dimensions set in an exec (`cuGraphExecKernelNodeSetParams` and its v2, `cuGraphExecNodeSetParams`).
+ * Stream capture (one stream at a time): launches into a capturing stream become a chain of
+ * kernel nodes.
  */
 enum { NODE_KERNEL = 0, NODE_CHILD = 4, NODE_EMPTY = 5, NODE_BATCH_MEM_OP = 12 };
 enum { CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910 };
@@ -23,6 +25,8 @@ struct sim_node {
     CUstreamMemOpWrite *ops;
     struct sim_node **deps;
     unsigned ndeps;
+    /* In an exec: the graph node it was instantiated from (what a set-params call names). */
+    struct sim_node *orig;
 };
 struct sim_graph { struct sim_node **nodes; unsigned n; };
 #define SIM_EXEC_MAGIC 0x5e7ec0deu
@@ -208,6 +212,7 @@ static int flatten(struct sim_exec *e, const struct sim_graph *g) {
             struct sim_node c = *n;
             c.deps = NULL;
             c.ndeps = 0;
+            c.orig = n;
             if (n->nops) {
                 c.ops = malloc(n->nops * sizeof *c.ops);
                 memcpy(c.ops, n->ops, n->nops * sizeof *c.ops);
@@ -269,6 +274,44 @@ EXPORT HOOKABLE CUresult cuGraphExecUpdate_v2(CUgraphExec ge, CUgraph g, void *i
     pthread_mutex_unlock(&graph_mu);
     free_exec_nodes(&fresh);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+}
+
+/* A kernel node of exec `ge` runs `f` (or `kern`) with these dimensions from its next replay;
+ * `node` is the node of the graph it was instantiated from. */
+static CUresult set_kernel(CUgraphExec ge, CUgraphNode node, struct sim_kernel *k, const unsigned d[6]) {
+    struct sim_exec *e = ge;
+    if (!e || e->magic != SIM_EXEC_MAGIC || !node || !k) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&graph_mu);
+    for (unsigned i = 0; i < e->n; i++)
+        if (e->nodes[i].orig == node && e->nodes[i].type == NODE_KERNEL) {
+            e->nodes[i].k = k;
+            memcpy(e->nodes[i].grid, d, sizeof e->nodes[i].grid);
+            memcpy(e->nodes[i].block, d + 3, sizeof e->nodes[i].block);
+            r = CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&graph_mu);
+    return r;
+}
+EXPORT HOOKABLE CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec ge, CUgraphNode node,
+                                                            const CUDA_KERNEL_NODE_PARAMS_v2 *p) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    unsigned d[6] = {p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ};
+    return set_kernel(ge, node, p->func ? (struct sim_kernel *)p->func : (struct sim_kernel *)p->kern, d);
+}
+/* The CUDA 11 layout: CUDA_KERNEL_NODE_PARAMS without `kern` and `ctx`. */
+EXPORT HOOKABLE CUresult cuGraphExecKernelNodeSetParams(CUgraphExec ge, CUgraphNode node,
+                                                         const CUDA_KERNEL_NODE_PARAMS_v2 *p) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    unsigned d[6] = {p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ};
+    return set_kernel(ge, node, (struct sim_kernel *)p->func, d);
+}
+/* CUgraphNodeParams: the node's type (int), 12 bytes reserved, then the kernel's params (v3,
+ * the v2 layout). */
+EXPORT HOOKABLE CUresult cuGraphExecNodeSetParams(CUgraphExec ge, CUgraphNode node, const void *params) {
+    const int *type = params;
+    if (!type || *type != NODE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+    return cuGraphExecKernelNodeSetParams_v2(ge, node, (const CUDA_KERNEL_NODE_PARAMS_v2 *)(type + 4));
 }
 
 EXPORT HOOKABLE CUresult cuGraphExecDestroy(CUgraphExec ge) {

@@ -41,7 +41,14 @@
  *                                                of the same shape before the replays;
  *                                                SIMWORKER_GRAPH_BUILD=capture: a chain captured
  *                                                from the stream's launches (as PyTorch does);
- *                                                SIMWORKER_GRAPH_INSTANTIATE_FLAGS: its flags
+ *                                                SIMWORKER_GRAPH_INSTANTIATE_FLAGS: its flags;
+ *                                                SIMWORKER_GRAPH_EXECS=N: N instantiations,
+ *                                                the last replayed;
+ *                                                SIMWORKER_GRAPH_SET_AT=K: kernel node K of the
+ *                                                exec made "graph_swapped_k<K>_wedge" (grid
+ *                                                300) by cuGraphExecKernelNodeSetParams_v2
+ *                                                before the replays (SIMWORKER_GRAPH_SET_API=v1 |
+ *                                                generic: the unversioned or the generic call)
  *
  * SIMWORKER_GUARD=1 adds a thread that waits in futex(FUTEX_WAIT) with known values in its
  * callee-saved, argument and vector registers, woken every 10 ms, and checks them after each
@@ -422,11 +429,53 @@ static void run_graph(double run_s, double start) {
         fprintf(stderr, "simworker: cuGraphInstantiateWithFlags failed\n");
         exit(2);
     }
+    /* SIMWORKER_GRAPH_EXECS=N: N instantiations of the graph in all, the last one replayed
+     * (the others kept: a server's many captured batch sizes). */
+    const char *execs = getenv("SIMWORKER_GRAPH_EXECS");
+    for (int k = 1; execs && k < atoi(execs); k++)
+        if (cuGraphInstantiateWithFlags(&exec, g, 0) != 0) {
+            fprintf(stderr, "simworker: cuGraphInstantiateWithFlags failed\n");
+            exit(2);
+        }
     if (getenv("SIMWORKER_GRAPH_UPDATE")) {
         CUgraph g2 = build_graph(shape, nodes ? atoi(nodes) : 12, wedge_at, "graph_updated");
         int r = cuGraphExecUpdate_v2(exec, g2, NULL);
         printf("exec_update %d\n", r);
         fflush(stdout);
+    }
+    const char *set_at = getenv("SIMWORKER_GRAPH_SET_AT");
+    if (set_at) {
+        size_t count = 0;
+        cuGraphGetNodes(g, NULL, &count);
+        CUgraphNode *all = calloc(count, sizeof *all);
+        cuGraphGetNodes(g, all, &count);
+        int k = atoi(set_at);
+        char name[64];
+        snprintf(name, sizeof name, "graph_swapped_k%d_wedge", k);
+        CUfunction f;
+        cuModuleGetFunction(&f, NULL, name);
+        CUDA_KERNEL_NODE_PARAMS_v2 p = {0};
+        p.func = f;
+        p.gridDimX = 300; p.gridDimY = 1; p.gridDimZ = 1;
+        p.blockDimX = 128; p.blockDimY = 1; p.blockDimZ = 1;
+        /* SIMWORKER_GRAPH_SET_API=v1 | generic: through cuGraphExecKernelNodeSetParams (the
+         * CUDA 11 layout) or cuGraphExecNodeSetParams (CUgraphNodeParams) instead. */
+        const char *api = getenv("SIMWORKER_GRAPH_SET_API");
+        int r = -1;
+        if (k < 0 || (size_t)k >= count)
+            r = -1;
+        else if (api && !strcmp(api, "v1"))
+            r = cuGraphExecKernelNodeSetParams(exec, all[k], &p);
+        else if (api && !strcmp(api, "generic")) {
+            long long np[32] = {0}; /* CUgraphNodeParams: 256 bytes */
+            ((int *)np)[0] = 0;     /* CU_GRAPH_NODE_TYPE_KERNEL */
+            memcpy((char *)np + 16, &p, sizeof p);
+            r = cuGraphExecNodeSetParams(exec, all[k], np);
+        } else
+            r = cuGraphExecKernelNodeSetParams_v2(exec, all[k], &p);
+        printf("set_params %d\n", r);
+        fflush(stdout);
+        free(all);
     }
     long n = 0, limit = replays ? atol(replays) : -1;
     while (limit >= 0 ? n < limit : now_s() - start < run_s) {

@@ -14,6 +14,11 @@ use super::*;
 /// 4 kernel nodes, unless `env` says otherwise) and `env`, its stderr into `log` if given;
 /// waits until the report calls it a kernel wedge and returns that report's first head.
 fn stuck_head_logged(env: &[(&str, &str)], log: Option<&std::path::Path>) -> serde_json::Value {
+    stuck_report_logged(env, log)["kernels"][0].clone()
+}
+
+/// `stuck_head_logged`'s whole report.
+fn stuck_report_logged(env: &[(&str, &str)], log: Option<&std::path::Path>) -> serde_json::Value {
     let shim = shim_path();
     let mut all: Vec<(&str, &str)> = vec![
         ("CUDA_INJECTION64_PATH", &shim),
@@ -35,7 +40,7 @@ fn stuck_head_logged(env: &[(&str, &str)], log: Option<&std::path::Path>) -> ser
         last["verdict"]["kind"] == "kernel_wedge"
     });
     assert!(wedged, "{env:?}: no kernel wedge: {}", last["verdict"]);
-    last["kernels"][0].clone()
+    last
 }
 
 fn stuck_head(env: &[(&str, &str)]) -> serde_json::Value {
@@ -186,6 +191,77 @@ fn a_child_graph_node_is_named_as_one_node_and_an_exec_updated_in_place_keeps_it
     ]);
     let c = names(&head["graph"]["marks"]["branches"][0]["candidates"]);
     assert!(c.contains(&"graph_updated_k5_wedge".to_string()), "{c:?}");
+}
+
+/// `cuGraphExecKernelNodeSetParams` gives a node of an exec another kernel (TensorRT-LLM and
+/// others update instantiated graphs so): the stuck node is named as the kernel it runs now,
+/// with its new dimensions, with graph marks and in the default listing alike.
+#[test]
+fn a_kernel_node_set_in_the_exec_is_named_as_the_kernel_it_runs_now() {
+    require_root!();
+    let head = stuck_head(&[("SIMWORKER_GRAPH_SET_AT", "5")]);
+    let c = &head["graph"]["marks"]["branches"][0]["candidates"];
+    assert!(
+        names(c).contains(&"graph_swapped_k5_wedge".to_string()),
+        "{head}"
+    );
+    assert!(!names(c).contains(&"graph_k5".to_string()), "{head}");
+    let swapped = c
+        .as_array()
+        .and_then(|c| c.iter().find(|n| n["kernel"] == "graph_swapped_k5_wedge"))
+        .unwrap_or_else(|| panic!("{head}"));
+    assert_eq!(swapped["grid"], serde_json::json!([300, 1, 1]), "{head}");
+
+    // Marks off (the default): the graph's nodes listed, the set one as it runs now; through
+    // the CUDA 11 entry point and the generic one too.
+    for api in ["v2", "v1", "generic"] {
+        let head = stuck_head(&[
+            ("SIMWORKER_GRAPH_SET_AT", "5"),
+            ("SIMWORKER_GRAPH_SET_API", api),
+            ("WEDGEPROBE_GRAPH_MARK_EVERY", ""),
+        ]);
+        let listed = names(&head["graph"]["not_completed"]);
+        assert!(
+            listed.contains(&"graph_swapped_k5_wedge".to_string()),
+            "{api}: {head}"
+        );
+        assert!(!listed.contains(&"graph_k5".to_string()), "{api}: {head}");
+    }
+}
+
+/// A server captures a graph per batch size and per piece of its model: vLLM's piecewise
+/// graphs are ~67 sizes × (layers + 1) pieces, thousands of execs and tens of thousands of
+/// kernel nodes. The graph table held 4,096 slots: past them a stuck replay was "graph launch
+/// of 0 kernel nodes". 2,000 execs of 12 nodes (26,000 slots): the last one's stuck replay is
+/// named with its nodes, by default and with graph marks, and nothing was dropped.
+#[test]
+fn a_server_s_thousands_of_captured_graphs_are_all_named() {
+    require_root!();
+    for every in ["", "4"] {
+        let r = stuck_report_logged(
+            &[
+                ("SIMWORKER_GRAPH_WEDGE_AT", "5"),
+                ("WEDGEPROBE_GRAPH_MARK_EVERY", every),
+                ("SIMWORKER_GRAPH_EXECS", "2000"),
+            ],
+            None,
+        );
+        let head = &r["kernels"][0];
+        let g = &head["graph"];
+        assert_eq!(g["kernel_nodes"], 12, "marks every {every:?}: {head}");
+        let named = if every.is_empty() {
+            names(&g["not_completed"])
+        } else {
+            names(&g["marks"]["branches"][0]["candidates"])
+        };
+        assert!(
+            named.contains(&"graph_k5_wedge".to_string()),
+            "marks every {every:?}: {head}"
+        );
+        for (k, v) in r["targets"][0]["journal"]["drops"].as_object().unwrap() {
+            assert_eq!(v, 0, "marks every {every:?}: the shim dropped {k}");
+        }
+    }
 }
 
 /// The kernels a `simworker graph` run of 40 replays ran, in order (count and hash).

@@ -303,19 +303,26 @@ pub fn kernel_node_dims(node: CUgraphNode) -> ([u32; 3], [u32; 3]) {
 /// The mangled kernel name of graph kernel node `node`; "(kernel node)" when the driver
 /// cannot say.
 pub fn kernel_node_name(node: CUgraphNode) -> Vec<u8> {
-    const UNKNOWN: &[u8] = b"(kernel node)";
-    let d = driver();
-    let Some(get_params) = d.get_params else {
-        return UNKNOWN.to_vec();
+    let Some(get_params) = driver().get_params else {
+        return UNKNOWN_KERNEL.to_vec();
     };
     // SAFETY: a plain C struct, all-zero is a valid value.
     let mut p: CUDA_KERNEL_NODE_PARAMS_v2_st = unsafe { std::mem::zeroed() };
     // SAFETY: a kernel node handle CUPTI passed and an out-struct of the v2 layout.
     if unsafe { get_params(node, &mut p) } != 0 {
-        return UNKNOWN.to_vec();
+        return UNKNOWN_KERNEL.to_vec();
     }
+    kernel_params_name(&p)
+}
+
+const UNKNOWN_KERNEL: &[u8] = b"(kernel node)";
+
+/// The mangled name of the kernel kernel-node params `p` name (its `func`, else its `kern`);
+/// "(kernel node)" when the driver cannot say.
+pub fn kernel_params_name(p: &CUDA_KERNEL_NODE_PARAMS_v2_st) -> Vec<u8> {
+    let d = driver();
     let mut name: *const c_char = std::ptr::null();
-    // SAFETY: out-pointer; the handles come from the driver.
+    // SAFETY: out-pointer; the handles come from the driver (it validates them).
     let ok = unsafe {
         match (d.func_name, d.kernel_name) {
             (Some(f), _) if !p.func.is_null() => f(&mut name, p.func) == 0,
@@ -324,7 +331,7 @@ pub fn kernel_node_name(node: CUgraphNode) -> Vec<u8> {
         }
     };
     if !ok || name.is_null() {
-        return UNKNOWN.to_vec();
+        return UNKNOWN_KERNEL.to_vec();
     }
     // SAFETY: the driver returns a NUL-terminated name it owns.
     unsafe { CStr::from_ptr(name) }.to_bytes().to_vec()

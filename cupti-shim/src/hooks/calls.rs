@@ -17,6 +17,7 @@
 //! any of them through (the System V ABI ignores unused argument registers).
 
 use std::{
+    collections::HashMap,
     ffi::CStr,
     sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering},
 };
@@ -46,6 +47,10 @@ enum Kind {
     Instantiate,
     /// Argument 0: the executable graph, argument 1: the graph it is updated from.
     ExecUpdate,
+    /// Argument 0: an executable graph, 1: a node of its graph, 2: the node's new params
+    /// (`cuGraphExecKernelNodeSetParams`: CUDA_KERNEL_NODE_PARAMS; `_v2`: the v2 layout;
+    /// `cuGraphExecNodeSetParams`: CUgraphNodeParams).
+    NodeSetParams,
 }
 
 const CALLS: &[(&CStr, Kind)] = &[
@@ -84,9 +89,12 @@ const CALLS: &[(&CStr, Kind)] = &[
     (c"cuGraphInstantiateWithParams_ptsz", Kind::Instantiate),
     (c"cuGraphExecUpdate", Kind::ExecUpdate),
     (c"cuGraphExecUpdate_v2", Kind::ExecUpdate),
+    (c"cuGraphExecKernelNodeSetParams", Kind::NodeSetParams),
+    (c"cuGraphExecKernelNodeSetParams_v2", Kind::NodeSetParams),
+    (c"cuGraphExecNodeSetParams", Kind::NodeSetParams),
 ];
 
-pub const N: usize = 35;
+pub const N: usize = 38;
 const _: () = assert!(CALLS.len() == N);
 static ORIGINAL: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 /// `probe_common::api` ids (u32::MAX: not a traced API).
@@ -220,6 +228,7 @@ fn after(i: usize, token: Token, a: [usize; 6], result: u32) {
             instantiated(*(a[0] as *const usize), a[1], pending.take());
         },
         Kind::ExecUpdate if ok => updated(a[0], a[1], pending.take()),
+        Kind::NodeSetParams if ok => node_set(CALLS[i].0.to_bytes(), a[0], a[1], a[2]),
         _ => {}
     }
     if let Some(mut a) = pending {
@@ -232,7 +241,9 @@ fn after(i: usize, token: Token, a: [usize; 6], result: u32) {
 
 // Executable graphs: handle → our id, for the launch hook. Written at instantiation and
 // destruction (rare), read lock-free on a graph launch (then cached per thread).
-const EXECS: usize = 1024;
+// 16,384: a server's captured graphs number in the thousands (vLLM's piecewise graphs: ~67
+// batch sizes × (layers + 1) pieces); 1,024 left the rest unnamed.
+const EXECS: usize = 16384;
 static EXEC_HANDLE: [AtomicUsize; EXECS] = [const { AtomicUsize::new(0) }; EXECS];
 static EXEC_ID: [AtomicU32; EXECS] = [const { AtomicU32::new(0) }; EXECS];
 
@@ -242,12 +253,16 @@ struct Book {
     next_graph: u32,
     next_node: u64,
     logged: Vec<Vec<u8>>,
+    /// Per live exec (its handle): each kernel node's handle in the user's graph and our node
+    /// id in the journal — what a set-params call names the node by. Dropped with the exec.
+    nodes: Option<HashMap<usize, Vec<(usize, u64)>>>,
 }
 
 static BOOK: std::sync::Mutex<Book> = std::sync::Mutex::new(Book {
     next_graph: 1,
     next_node: 1,
     logged: Vec::new(),
+    nodes: None,
 });
 
 fn next_graph_id() -> u32 {
@@ -257,10 +272,11 @@ fn next_graph_id() -> u32 {
     })
 }
 
-fn next_node_id() -> u64 {
+/// The first of `n` consecutive node ids (an exec's nodes are looked up by them).
+fn next_node_ids(n: usize) -> u64 {
     BOOK.lock().map_or(0, |mut b| {
-        b.next_node += 1;
-        b.next_node - 1
+        b.next_node += n as u64;
+        b.next_node - n as u64
     })
 }
 /// A slot whose graph was destroyed (probing continues past it).
@@ -297,6 +313,11 @@ fn forget_exec(handle: usize) {
             x if x == handle => {
                 EXEC_ID[i].store(0, Ordering::Release);
                 marks::graph::forget(handle);
+                if let Ok(mut b) = BOOK.lock()
+                    && let Some(nodes) = b.nodes.as_mut()
+                {
+                    nodes.remove(&handle);
+                }
                 EXEC_HANDLE[i].store(GONE, Ordering::Release);
                 return;
             }
@@ -374,17 +395,24 @@ fn log_once(why: &[u8]) {
 }
 
 /// Kernel (and child graph) nodes of `graph` into the journal's graph table under a new
-/// graph id, placed as the marks see them when `added` planned them. Returns the graph id.
+/// graph id, placed as the marks see them when `added` planned them, with consecutive node
+/// ids. Returns the graph id, the first node id and how many, and each kernel node's handle
+/// with its node id.
 fn record_nodes(
     rec: &record::Recorder,
     graph: usize,
     added: Option<&marks::graph::Added>,
-) -> Option<u32> {
+) -> Option<Recorded> {
     let graph_id = next_graph_id();
     let w = rec.writer();
+    let mut ids = Vec::new();
+    let first;
+    let count;
     match added {
         Some(a) => {
-            for &(node, kernel, placement) in &a.plan.nodes {
+            count = a.plan.nodes.len();
+            first = next_node_ids(count);
+            for (k, &(node, kernel, placement)) in a.plan.nodes.iter().enumerate() {
                 let (name, (grid, block)) = if kernel {
                     (
                         driver::kernel_node_name(node as *mut _),
@@ -396,29 +424,127 @@ fn record_nodes(
                         ([0; 3], [0; 3]),
                     )
                 };
-                let node_id = next_node_id();
+                let node_id = first + k as u64;
                 let placement = crate::journal::Placement {
                     grid,
                     block,
                     ..placement
                 };
                 w.graph_kernel_node_placed(node_id, 0, graph_id, w.intern(&name), placement);
+                if kernel {
+                    ids.push((node, node_id));
+                }
             }
         }
         None => {
             // CU_GRAPH_NODE_TYPE_KERNEL = 0
-            for (node, _) in marks::graph::nodes_of(graph)
+            let kernels: Vec<usize> = marks::graph::nodes_of(graph)
                 .ok()?
                 .into_iter()
                 .filter(|n| n.1 == 0)
-            {
+                .map(|n| n.0)
+                .collect();
+            count = kernels.len();
+            first = next_node_ids(count);
+            for (k, node) in kernels.into_iter().enumerate() {
                 let name = driver::kernel_node_name(node as *mut _);
-                let node_id = next_node_id();
+                let node_id = first + k as u64;
                 w.graph_kernel_node(node_id, 0, graph_id, w.intern(&name));
+                ids.push((node, node_id));
             }
         }
     }
-    Some(graph_id)
+    Some(Recorded {
+        graph_id,
+        nodes: (first, count as u32),
+        ids,
+    })
+}
+
+/// What `record_nodes` wrote: the graph's id, its nodes' first id and count, each kernel
+/// node's handle and id.
+struct Recorded {
+    graph_id: u32,
+    nodes: (u64, u32),
+    ids: Vec<(usize, u64)>,
+}
+
+/// Exec `exec`'s kernel nodes are `ids` (handle, node id) from now. After an update the
+/// nodes of the graph first instantiated answer too, paired in order (the update kept the
+/// topology): callers may go on naming those. At most those two sets are kept, however many
+/// updates come (a server may update an exec every step).
+fn remember_nodes(exec: usize, mut ids: Vec<(usize, u64)>, update: bool) {
+    let Ok(mut b) = BOOK.lock() else {
+        return;
+    };
+    let nodes = b.nodes.get_or_insert_with(HashMap::new);
+    let n = ids.len();
+    if update
+        && let Some(before) = nodes.get(&exec)
+        && before.len() >= n
+    {
+        // The last n: the first instantiation's nodes (or the only set there is).
+        let firsts: Vec<(usize, u64)> = before[before.len() - n..]
+            .iter()
+            .zip(&ids)
+            .filter(|((old, _), (new, _))| old != new)
+            .map(|(&(old, _), &(_, id))| (old, id))
+            .collect();
+        ids.extend(firsts);
+    }
+    nodes.insert(exec, ids);
+}
+
+/// A kernel node of exec `exec` was given new params (`entry` names the call and so their
+/// layout): the journal's node takes the kernel and dimensions it runs now.
+fn node_set(entry: &[u8], exec: usize, node: usize, params: usize) {
+    let Some(rec) = record::get() else {
+        return;
+    };
+    if params == 0 {
+        return;
+    }
+    // SAFETY: a plain C struct, all-zero is a valid value.
+    let mut p: cupti_sys::CUDA_KERNEL_NODE_PARAMS_v2_st = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of_val(&p);
+    let (from, len) = match entry {
+        // CUgraphNodeParams: the type (CU_GRAPH_NODE_TYPE_KERNEL = 0), 12 bytes reserved,
+        // then the kernel's params in the v2 layout (v3 is the same).
+        // SAFETY: the driver accepted the call, so `params` points at a CUgraphNodeParams.
+        b"cuGraphExecNodeSetParams" if unsafe { *(params as *const i32) } == 0 => {
+            (params + 16, size)
+        }
+        b"cuGraphExecNodeSetParams" => return,
+        b"cuGraphExecKernelNodeSetParams_v2" => (params, size),
+        // CUDA 11's layout: no `kern` and `ctx` after `extra`.
+        _ => (
+            params,
+            std::mem::offset_of!(cupti_sys::CUDA_KERNEL_NODE_PARAMS_v2_st, kern),
+        ),
+    };
+    // SAFETY: `len` bytes of the params the driver accepted, into a struct at least as long.
+    unsafe {
+        std::ptr::copy_nonoverlapping(from as *const u8, (&raw mut p).cast::<u8>(), len);
+    }
+    let node_id = BOOK.lock().ok().and_then(|b| {
+        b.nodes
+            .as_ref()?
+            .get(&exec)?
+            .iter()
+            .find(|&&(h, _)| h == node)
+            .map(|&(_, id)| id)
+    });
+    let Some(node_id) = node_id else {
+        return;
+    };
+    let w = rec.writer();
+    let name = w.intern(&driver::kernel_params_name(&p));
+    w.graph_kernel_node_set(
+        node_id,
+        name,
+        [p.gridDimX, p.gridDimY, p.gridDimZ],
+        [p.blockDimX, p.blockDimY, p.blockDimZ],
+    );
 }
 
 /// A graph was instantiated: its kernel nodes go into the journal's graph table under a new
@@ -434,7 +560,12 @@ fn instantiated(exec: usize, graph: usize, mut added: Option<marks::graph::Added
         }
         return;
     };
-    let Some(graph_id) = record_nodes(rec, graph, added.as_ref()) else {
+    let Some(Recorded {
+        graph_id,
+        nodes,
+        ids,
+    }) = record_nodes(rec, graph, added.as_ref())
+    else {
         if let Some(a) = added {
             marks::graph::give_words(a.first, a.words);
         }
@@ -442,7 +573,7 @@ fn instantiated(exec: usize, graph: usize, mut added: Option<marks::graph::Added
     };
     let exec_id = next_graph_id();
     rec.writer()
-        .graph_exec_marked(exec_id, graph_id, added.as_ref().map(|a| a.marks()));
+        .graph_exec_marked(exec_id, graph_id, added.as_ref().map(|a| a.marks()), nodes);
     let h = home(exec);
     for k in 0..EXECS {
         let i = (h + k) % EXECS;
@@ -453,6 +584,7 @@ fn instantiated(exec: usize, graph: usize, mut added: Option<marks::graph::Added
                 .is_ok()
         {
             EXEC_ID[i].store(exec_id, Ordering::Release);
+            remember_nodes(exec, ids, false);
             if let Some(a) = &added {
                 marks::debug(format_args!(
                     "graph marks: exec {exec_id}: {} marked nodes, {} branches, {} words from {}",
@@ -486,9 +618,14 @@ fn updated(exec: usize, graph: usize, mut added: Option<marks::graph::Added>) {
     if exec_id == 0 {
         return;
     }
-    if let Some(graph_id) = record_nodes(rec, graph, added.as_ref()) {
-        rec.writer()
-            .graph_exec_marked(exec_id, graph_id, added.as_ref().map(|a| a.marks()));
+    if let Some(r) = record_nodes(rec, graph, added.as_ref()) {
+        rec.writer().graph_exec_marked(
+            exec_id,
+            r.graph_id,
+            added.as_ref().map(|a| a.marks()),
+            r.nodes,
+        );
+        remember_nodes(exec, r.ids, true);
     }
 }
 
@@ -555,4 +692,7 @@ call_hook!(
     h32 = 32,
     h33 = 33,
     h34 = 34,
+    h35 = 35,
+    h36 = 36,
+    h37 = 37,
 );

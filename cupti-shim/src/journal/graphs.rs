@@ -12,9 +12,11 @@ use core::{
     sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
-use probe_common::journal::{GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_KERNEL_NODE, GraphSlot, drops};
+use probe_common::journal::{
+    GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_KERNEL_NODE, GraphSlot, drops, graph_probes,
+};
 
-use super::{MAX_PROBE, Writer};
+use super::Writer;
 
 const KEY: u64 = core::mem::offset_of!(GraphSlot, key) as u64;
 const ORIGINAL: u64 = core::mem::offset_of!(GraphSlot, original) as u64;
@@ -55,11 +57,10 @@ impl Writer {
 
     /// The slot of `key`: `Ok(offset)` of an existing or newly claimed one (`claim`), `Err(())`
     /// when absent (lookup) or the table is full around its home (counted when claiming).
+    /// Probed as readers probe (`graph_probes`).
     fn graph_slot(&self, key: u64, claim: bool) -> Result<(u64, bool), ()> {
-        let cap = self.layout.graphs_cap;
-        let home = self.home(key, cap);
-        for k in 0..cap.min(MAX_PROBE) {
-            let off = self.graph_off(super::wrap(u64::from(home + k), cap));
+        for i in graph_probes(key, self.layout.graphs_cap) {
+            let off = self.graph_off(i);
             let slot_key = self.word(off + KEY);
             match slot_key.load(Acquire) {
                 k if k == key => return Ok((off, false)),
@@ -140,14 +141,36 @@ impl Writer {
         }
     }
 
-    /// Executable graph `exec_id` was instantiated from graph `graph_id`; returns its number of
-    /// kernel nodes (the kernel nodes recorded for that graph), 0 if unknown.
-    pub fn graph_exec(&self, exec_id: u32, graph_id: u32) -> u32 {
-        self.graph_exec_marked(exec_id, graph_id, None)
+    /// Kernel node `node_id` runs kernel `name_id` with these dimensions from now (an exec's
+    /// node set by `cuGraphExecKernelNodeSetParams`). In place, kind untouched: a reader sees
+    /// the node throughout, for one read perhaps with the new name and the old dimensions.
+    pub fn graph_kernel_node_set(
+        &self,
+        node_id: u64,
+        name_id: u32,
+        grid: [u32; 3],
+        block: [u32; 3],
+    ) {
+        let Ok((off, _)) = self.graph_slot(node_id, false) else {
+            return;
+        };
+        if self.half(off + KIND).load(Acquire) != GRAPH_KERNEL_NODE {
+            return;
+        }
+        for k in 0..3u64 {
+            self.half(off + GRID + 4 * k)
+                .store(grid[k as usize], Relaxed);
+            self.half(off + BLOCK + 4 * k)
+                .store(block[k as usize], Relaxed);
+        }
+        self.half(off + NAME_ID).store(name_id, Release);
     }
 
-    /// `graph_exec`, with the exec's graph mark words when its replays carry marks.
-    pub fn graph_exec_marked(&self, exec_id: u32, graph_id: u32, marks: Option<ExecMarks>) -> u32 {
+    /// Executable graph `exec_id` was instantiated from graph `graph_id`; returns its number of
+    /// kernel nodes (the kernel nodes recorded for that graph), 0 if unknown.
+    /// Counts the graph's kernel nodes in the whole table: for CUPTI's callbacks, whose node
+    /// ids are CUPTI's (the hooks give theirs consecutive ids: `graph_exec_marked`).
+    pub fn graph_exec(&self, exec_id: u32, graph_id: u32) -> u32 {
         let mut kernels = 0u32;
         for i in 0..self.layout.graphs_cap {
             let off = self.graph_off(i);
@@ -157,12 +180,27 @@ impl Writer {
                 kernels += 1;
             }
         }
+        self.graph_exec_marked(exec_id, graph_id, None, (0, kernels))
+    }
+
+    /// `graph_exec` for an exec whose kernel nodes have the consecutive ids `nodes.0..` (0:
+    /// not consecutive), `nodes.1` of them, and graph mark words when its replays carry marks.
+    /// Returns its number of kernel nodes.
+    pub fn graph_exec_marked(
+        &self,
+        exec_id: u32,
+        graph_id: u32,
+        marks: Option<ExecMarks>,
+        nodes: (u64, u32),
+    ) -> u32 {
+        let (first_node, kernels) = nodes;
         if let Ok((off, _)) = self.graph_slot(exec_id as u64 | GRAPH_EXEC_KEY, true) {
             let m = marks.unwrap_or_default();
             let placement = Placement {
                 position: if m.words == 0 { 0 } else { m.first + 1 },
                 branch: m.branches,
                 mark: m.words,
+                grid: [first_node as u32, (first_node >> 32) as u32, 0],
                 ..Placement::default()
             };
             self.fill_graph_slot_placed(off, kernels as u64, graph_id, 0, GRAPH_EXEC, placement);

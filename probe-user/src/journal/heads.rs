@@ -414,10 +414,24 @@ impl JournalCursor {
                 .collect();
             self.nodes_done.retain(|c, _| live.contains(c));
         }
-        let graphs = inflight
-            .iter()
-            .any(|s| s.graph_id != 0)
-            .then(|| view.graphs());
+        // The execs of the graph launches in flight, looked up by key (the table holds 65,536
+        // slots: reading it whole every tick of a graph-replaying server was ~9 MiB); whole
+        // when node completions are kept (their CUPTI node ids may name clones) or an exec's
+        // nodes were recorded from CUPTI's callbacks.
+        let graphs = inflight.iter().any(|s| s.graph_id != 0).then(|| {
+            let mut execs: Vec<u32> = inflight
+                .iter()
+                .filter(|s| s.graph_id != 0)
+                .map(|s| s.graph_id)
+                .collect();
+            execs.sort_unstable();
+            execs.dedup();
+            self.nodes_done
+                .is_empty()
+                .then(|| view.graphs_of(&execs))
+                .flatten()
+                .unwrap_or_else(|| view.graphs())
+        });
         // One pass, per stream: its oldest unretired launch and how many there are. Sorting
         // each stream's queue was 30% of the daemon's CPU on the H200 (8 PyTorch processes,
         // ~1,000 launches in flight each); a process has a handful of streams, so a linear

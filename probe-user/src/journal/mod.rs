@@ -20,7 +20,7 @@ use crate::model::ThreadInCall;
 use probe_common::journal::{
     GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_KERNEL_NODE, GraphSlot, Header, HeaderError, InflightSlot,
     Layout, MarkSlot, NAME_BYTES, NameSlot, RECORD_MARKS, RingRecord, STATE_OFF, STATE_RELEASED,
-    ThreadSlot, VERSION, drops,
+    ThreadSlot, VERSION, drops, graph_probes,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -111,6 +111,37 @@ pub struct Graphs {
 }
 
 impl Graphs {
+    /// One slot of the table, kept by its kind.
+    fn take(&mut self, a: GraphSlot) {
+        match a.kind {
+            GRAPH_KERNEL_NODE if a.key & GRAPH_EXEC_KEY == 0 => self.nodes.push(GraphNode {
+                id: a.key,
+                original: a.original,
+                graph_id: a.graph_id,
+                name_id: a.name_id,
+                position: a.position,
+                branch: a.branch,
+                mark: a.mark,
+                grid: a.grid,
+                block: a.block,
+            }),
+            GRAPH_EXEC if a.key & GRAPH_EXEC_KEY != 0 => {
+                let exec_id = (a.key & !GRAPH_EXEC_KEY) as u32;
+                self.execs.push((exec_id, a.graph_id));
+                if a.position != 0 && a.mark != 0 {
+                    self.exec_marks.push(ExecMarks {
+                        exec_id,
+                        first: a.position - 1,
+                        words: a.mark,
+                        branches: a.branch,
+                        since_ns: a.since_ns,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// The graph executable `exec_id` was instantiated from.
     pub fn source_of(&self, exec_id: u32) -> Option<u32> {
         self.execs.iter().find(|e| e.0 == exec_id).map(|e| e.1)
@@ -247,6 +278,8 @@ impl JournalView {
 
     /// Kernel nodes of CUDA graphs and executable graphs, as the shim recorded them
     /// (consistent, published slots only).
+    /// The whole graph table (every slot read: 65,536 by default). What a report needs of it
+    /// is usually a few execs' nodes: `graphs_of`.
     pub fn graphs(&self) -> Graphs {
         let mut g = Graphs::default();
         for i in 0..self.layout.graphs_cap {
@@ -255,41 +288,64 @@ impl JournalView {
             if key == 0 {
                 continue;
             }
-            let a: GraphSlot = self.read(off);
-            let b: GraphSlot = self.read(off);
-            if a != b {
-                continue;
-            }
-            match a.kind {
-                GRAPH_KERNEL_NODE if a.key & GRAPH_EXEC_KEY == 0 => g.nodes.push(GraphNode {
-                    id: a.key,
-                    original: a.original,
-                    graph_id: a.graph_id,
-                    name_id: a.name_id,
-                    position: a.position,
-                    branch: a.branch,
-                    mark: a.mark,
-                    grid: a.grid,
-                    block: a.block,
-                }),
-                GRAPH_EXEC if a.key & GRAPH_EXEC_KEY != 0 => {
-                    let exec_id = (a.key & !GRAPH_EXEC_KEY) as u32;
-                    g.execs.push((exec_id, a.graph_id));
-                    if a.position != 0 && a.mark != 0 {
-                        g.exec_marks.push(ExecMarks {
-                            exec_id,
-                            first: a.position - 1,
-                            words: a.mark,
-                            branches: a.branch,
-                            since_ns: a.since_ns,
-                        });
-                    }
-                }
-                _ => {}
+            if let Some(a) = self.graph_slot_at(off) {
+                g.take(a);
             }
         }
         g.nodes.sort_by_key(|n| n.id);
         g
+    }
+
+    /// The graph table's part for executable graphs `exec_ids`: each exec's slot and its
+    /// kernel nodes, looked up by key (their ids are consecutive: `GraphSlot::grid` of an
+    /// exec) — a few hundred slots read instead of the whole table. `None` when an exec's
+    /// nodes cannot be found so (recorded from CUPTI's callbacks): read `graphs` then.
+    pub fn graphs_of(&self, exec_ids: &[u32]) -> Option<Graphs> {
+        let mut g = Graphs::default();
+        for &exec_id in exec_ids {
+            let Some(e) = self.graph_slot_keyed(u64::from(exec_id) | GRAPH_EXEC_KEY) else {
+                continue; // not recorded (the table was full): named without its nodes
+            };
+            if e.kind != GRAPH_EXEC {
+                continue;
+            }
+            let first = u64::from(e.grid[0]) | (u64::from(e.grid[1]) << 32);
+            if first == 0 {
+                return None;
+            }
+            let count = e.original.min(u64::from(self.layout.graphs_cap));
+            let graph_id = e.graph_id;
+            g.take(e);
+            for id in first..first.saturating_add(count) {
+                if let Some(n) = self.graph_slot_keyed(id)
+                    && n.graph_id == graph_id
+                {
+                    g.take(n);
+                }
+            }
+        }
+        g.nodes.sort_by_key(|n| n.id);
+        Some(g)
+    }
+
+    /// The slot of `key`, probed as the shim places it (`graph_probes`); consistent copies only.
+    fn graph_slot_keyed(&self, key: u64) -> Option<GraphSlot> {
+        for i in graph_probes(key, self.layout.graphs_cap) {
+            let off = self.layout.graphs_off() + u64::from(i) * size_of::<GraphSlot>() as u64;
+            match self.read::<u64>(off) {
+                0 => return None,
+                k if k == key => return self.graph_slot_at(off).filter(|a| a.key == key),
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// The slot at `off`, read twice: `None` when torn (a writer mid-update).
+    fn graph_slot_at(&self, off: u64) -> Option<GraphSlot> {
+        let a: GraphSlot = self.read(off);
+        let b: GraphSlot = self.read(off);
+        (a == b).then_some(a)
     }
 
     /// Graph mark words `first..first+n` as the GPU left them; `None` when the range is not
@@ -873,6 +929,36 @@ mod tests {
             _pad: 0,
             seq: 0,
         }
+    }
+
+    /// An exec whose nodes have consecutive ids is read by key — its slot and its nodes, not
+    /// other graphs' — and the same as the whole table gives; one without (CUPTI's ids) says
+    /// so, for the caller to read the whole table.
+    #[test]
+    fn an_exec_s_nodes_are_found_by_key_as_the_whole_table_has_them() {
+        let layout = Layout {
+            graphs_cap: 64,
+            ..SMALL
+        };
+        let (mem, w) = new_journal(layout);
+        let name = w.intern(b"_Z1kv");
+        for id in 100..103 {
+            w.graph_kernel_node(id, 0, 5, name);
+        }
+        w.graph_kernel_node(7, 0, 6, name); // another graph's
+        w.graph_exec_marked(10, 5, None, (100, 3));
+        w.graph_exec(11, 6); // as from CUPTI's callbacks: ids not consecutive
+        let view = mem.view().unwrap();
+        let by_key = view.graphs_of(&[10]).expect("consecutive ids");
+        let ids: Vec<u64> = by_key.nodes.iter().map(|n| n.id).collect();
+        assert_eq!(ids, vec![100, 101, 102]);
+        assert_eq!(by_key.source_of(10), Some(5));
+        let whole = view.graphs();
+        let whole_ids: Vec<u64> = whole.kernel_nodes(5).map(|n| n.id).collect();
+        assert_eq!(whole_ids, ids);
+        assert!(view.graphs_of(&[10, 11]).is_none());
+        // An exec not in the table: nothing of it, and no reason to read the whole table.
+        assert!(view.graphs_of(&[12]).is_some_and(|g| g.nodes.is_empty()));
     }
 
     #[test]
