@@ -5,6 +5,10 @@
 //! against +0.6% between two unmarked captures, every 8th +3.4%, and a launch-bound graph of
 //! 100 tiny kernels +12%; a decode-shaped chain of 250 kernels of ~11 µs +0.9%. Not a price
 //! to leave on by default; the default mode names the stuck graph launch and lists its nodes.
+//! No cheaper node was found: event record nodes *in* the chain cost ~1.2 µs of GPU time a
+//! mark against a leaf write's ~0.35 µs, and read back by `cuEventQuery` they lose a stuck
+//! replay's position once a later replay of the exec is queued (H100,
+//! docs/runs/h100-2026-12-07-1517-graph-event-marks.md).
 //!
 //! Stream marks go between launches, never inside a replay. Measured on the H200 (issue 30,
 //! a chain of 256 kernels): a 64-bit write node *in the chain* after every kernel costs +33% /
