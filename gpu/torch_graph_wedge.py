@@ -60,7 +60,11 @@ def main():
               f"{release_s:.0f} s", flush=True)
     g.replay()
     torch.cuda.synchronize()
-    print(f"torch_graph_wedge: output checksum {static_out.double().sum().item():.6f}", flush=True)
+    # Weighted by position: each row of a layer norm's output sums to ~0, so a plain sum would
+    # compare nothing (it read 0.000001 in every run of 2026-12-07 15:55).
+    out = static_out.double().flatten()
+    weights = torch.arange(1, out.numel() + 1, device=out.device, dtype=torch.float64)
+    print(f"torch_graph_wedge: output checksum {(out * weights).sum().item():.6f}", flush=True)
 
 
 if __name__ == "__main__":
