@@ -419,13 +419,7 @@ impl JournalCursor {
         // when node completions are kept (their CUPTI node ids may name clones) or an exec's
         // nodes were recorded from CUPTI's callbacks.
         let graphs = inflight.iter().any(|s| s.graph_id != 0).then(|| {
-            let mut execs: Vec<u32> = inflight
-                .iter()
-                .filter(|s| s.graph_id != 0)
-                .map(|s| s.graph_id)
-                .collect();
-            execs.sort_unstable();
-            execs.dedup();
+            let execs = graph_execs(&inflight);
             self.nodes_done
                 .is_empty()
                 .then(|| view.graphs_of(&execs))
@@ -476,13 +470,7 @@ impl JournalCursor {
             && let Some(g) = graphs.as_ref()
             && !g.exec_marks.is_empty()
         {
-            let mut execs: Vec<u32> = live
-                .iter()
-                .filter(|s| s.graph_id != 0)
-                .map(|s| s.graph_id)
-                .collect();
-            execs.sort_unstable();
-            execs.dedup();
+            let mut execs = graph_execs(&live);
             execs.retain(|&e| started_replay(view, g, e).is_some());
             for q in &mut streams {
                 let running = live
@@ -653,6 +641,18 @@ impl JournalCursor {
             marks: None,
         }
     }
+}
+
+/// The executable graphs these launches replay, each once, in id order.
+fn graph_execs(launches: &[InflightSlot]) -> Vec<u32> {
+    let mut execs: Vec<u32> = launches
+        .iter()
+        .filter(|s| s.graph_id != 0)
+        .map(|s| s.graph_id)
+        .collect();
+    execs.sort_unstable();
+    execs.dedup();
+    execs
 }
 
 fn node_view(view: &JournalView, n: &crate::journal::GraphNode) -> GraphNodeView {
