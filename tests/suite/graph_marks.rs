@@ -212,6 +212,16 @@ fn a_kernel_node_set_in_the_exec_is_named_as_the_kernel_it_runs_now() {
         .unwrap_or_else(|| panic!("{head}"));
     assert_eq!(swapped["grid"], serde_json::json!([300, 1, 1]), "{head}");
 
+    // After an exec update the caller may go on naming the nodes of the graph it first
+    // instantiated: the set reaches the updated exec's node all the same.
+    let head = stuck_head(&[
+        ("SIMWORKER_GRAPH_SET_AT", "5"),
+        ("SIMWORKER_GRAPH_UPDATE", "1"),
+    ]);
+    let c = names(&head["graph"]["marks"]["branches"][0]["candidates"]);
+    assert!(c.contains(&"graph_swapped_k5_wedge".to_string()), "{c:?}");
+    assert!(!c.contains(&"graph_updated_k5".to_string()), "{c:?}");
+
     // Marks off (the default): the graph's nodes listed, the set one as it runs now; through
     // the CUDA 11 entry point and the generic one too.
     for api in ["v2", "v1", "generic"] {
