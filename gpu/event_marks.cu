@@ -6,8 +6,15 @@
 //     does `cuEventQuery` from another thread return at once, with the right answers (events
 //     recorded before the stuck kernel done, those after it not ready)?
 //  2. does a thread polling events slow a thread that launches?
-// The stuck kernel is released by a CPU thread through pinned memory after 3 s, and gives up
-// by itself after 10 s.
+//  3. which of the other calls the shim's flush thread makes wait behind that blocked
+//     launcher: `cuEventCreate` (an event ring is created the first time a stream wants
+//     one), `cuEventDestroy`, `cuCtxSetCurrent`, `cuStreamIsCapturing`, and a mark on
+//     another stream (`cuEventRecord`, `cuStreamWriteValue64`). On the H200 (2026-12-01) a
+//     burst wedge with event marks published no mark at all; the queries alone were fast
+//     here, so the suspect is one of these. A call that waits returns at the release, so
+//     its time says it (> 1 s: "waits behind the full queue").
+// The stuck kernel is released by a CPU thread through pinned memory after 5 s, and gives up
+// by itself after 12 s.
 //   nvcc -O2 -arch=sm_90 -o event_marks gpu/event_marks.cu -lcuda -lpthread && ./event_marks
 #include <cuda.h>
 #include <pthread.h>
@@ -70,7 +77,7 @@ static void *poller(void *arg) {
 }
 
 static void *releaser(void *arg) {
-    sleep(3);
+    sleep(5);
     *(volatile int *)arg = 1;
     return NULL;
 }
@@ -124,7 +131,7 @@ int main() {
         CU(cuLaunchKernel(empty_f, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));
         CU(cuEventRecord(before_ev[i], stream));
     }
-    stuck_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(release, 10000000000ull);
+    stuck_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(release, 12000000000ull);
     CHECK(cudaGetLastError());
     CU(cuEventRecord(stuck_after, stream));
     pthread_t l, r;
@@ -162,6 +169,43 @@ int main() {
            blocked_at, (long)launched_after,
            launched_after == blocked_at ? "blocked in a full queue" : "NOT blocked",
            done_before, 3 * BEFORE, ready_after, worst / 1e3);
+    // 3. The flush thread's other calls, one at a time, the launcher still blocked (~2.2 s
+    // into the wedge; the release comes at 5 s).
+    CUstream other;
+    CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr word;
+    CU(cuMemAlloc(&word, 8));
+    CUevent made[64];
+    struct { const char *what; int k; } calls[] = {
+        {"cuCtxSetCurrent", 0},          {"cuStreamIsCapturing (stuck stream)", 1},
+        {"cuEventQuery (stuck stream)", 2}, {"cuEventRecord (another stream)", 3},
+        {"cuStreamWriteValue64 (another stream)", 4}, {"cuEventCreate x64", 5},
+        {"cuEventDestroy x64", 6},
+    };
+    for (unsigned c = 0; c < sizeof calls / sizeof calls[0]; c++) {
+        long before_n = launched_after;
+        double t0 = now_ns();
+        CUresult q = CUDA_SUCCESS;
+        CUstreamCaptureStatus cs;
+        switch (calls[c].k) {
+        case 0: q = cuCtxSetCurrent(ctx); break;
+        case 1: q = cuStreamIsCapturing(stream, &cs); break;
+        case 2: q = cuEventQuery(stuck_after); break;
+        case 3: q = cuEventRecord(before_ev[0], other); break;
+        case 4: q = cuStreamWriteValue64(other, word, 1, 0); break;
+        case 5:
+            for (int i = 0; i < 64 && q == CUDA_SUCCESS; i++)
+                q = cuEventCreate(&made[i], CU_EVENT_DISABLE_TIMING);
+            break;
+        case 6:
+            for (int i = 0; i < 64 && q == CUDA_SUCCESS; i++) q = cuEventDestroy(made[i]);
+            break;
+        }
+        double dt = (now_ns() - t0) / 1e3;
+        printf("while blocked: %-40s %10.1f us  -> %d%s%s\n", calls[c].what, dt, (int)q,
+               dt > 1e6 ? "  WAITS behind the full queue" : "",
+               launched_after != before_n ? "  (the launcher moved: not blocked any more)" : "");
+    }
     pthread_join(r, NULL);
     pthread_join(l, NULL);
     CHECK(cudaDeviceSynchronize());

@@ -295,6 +295,28 @@ def sync_wedge(run):
     mbarrier(run, "sync", "cuStreamSynchronize", None)
 
 
+@scenario("burst-wedge")
+def burst_wedge(run):
+    """The stuck kernel right after 3 others (no gap): named, or listed among the candidates
+    of a dense run — never a kernel that ran named alone (event marks did, 2026-12-01)."""
+    mbarrier(run, "burst", "cuLaunchKernel", 900)
+
+
+@scenario("event-calls-blocked", sets=("marks",))
+def event_calls_blocked(run):
+    """Which driver calls of the shim's flush thread wait behind a launcher blocked in a full
+    queue (gpu/event_marks.cu): event queries, event creation, a mark on another stream."""
+    exe = run.h.cuda("event_marks", libs=("-lpthread", "-lcuda"))
+    if not run.check("event_marks.cu builds", exe):
+        return
+    p = run.start([exe], suffix="event-marks")
+    code = run.exit_code(p, 120)
+    out = run.out(p)
+    run.notes += [l.strip() for l in out.splitlines() if l.startswith(("stuck:", "while blocked:"))]
+    run.check("event_marks exits 0", code == 0, run.err(p)[-300:])
+    run.check("the launcher was blocked in a full queue", "blocked in a full queue" in out, None)
+
+
 def before_attach_no_shim(run, mode, api):
     """A wedge entered 3+ s before `report`, no shim: the call is shown blocked, with a lower
     bound (`≥`), not as just entered."""
