@@ -177,10 +177,12 @@ int main() {
     CU(cuMemAlloc(&word, 8));
     CUevent made[64];
     struct { const char *what; int k; } calls[] = {
+        // Creation first: on 2026-12-07 (H200) the launcher moved on during the mark on
+        // another stream, so what came after it was not measured against a blocked launch.
         {"cuCtxSetCurrent", 0},          {"cuStreamIsCapturing (stuck stream)", 1},
-        {"cuEventQuery (stuck stream)", 2}, {"cuEventRecord (another stream)", 3},
-        {"cuStreamWriteValue64 (another stream)", 4}, {"cuEventCreate x64", 5},
-        {"cuEventDestroy x64", 6},
+        {"cuEventQuery (stuck stream)", 2}, {"cuEventCreate x64", 5},
+        {"cuEventDestroy x64", 6},       {"cuEventRecord (another stream)", 3},
+        {"cuStreamWriteValue64 (another stream)", 4},
     };
     for (unsigned c = 0; c < sizeof calls / sizeof calls[0]; c++) {
         long before_n = launched_after;

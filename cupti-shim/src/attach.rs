@@ -82,8 +82,8 @@ fn prepare(a: &mut AttachArgs) -> Result<usize, (u32, String)> {
             gap_us: marks::DEFAULT_US,
             period_us: marks::DEFAULT_PERIOD_US,
         },
-        // Stream writes, as a shim started with the process (lib.rs `init` says why).
-        false,
+        // As a shim started with the process (`marks::DEFAULT_WITH_EVENTS`).
+        marks::DEFAULT_WITH_EVENTS,
     );
     if let Some(m) = marks::get() {
         m.set_attached_late();

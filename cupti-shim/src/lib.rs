@@ -95,23 +95,25 @@ fn init() -> Result<(), String> {
                     .filter(|&v| v >= 1 && v <= max)
                     .unwrap_or(default)
             };
-            // Stream writes by default. Event records cost the launching thread less (~0.8 µs
-            // against ~1.8 µs per mark in eager decode on the H200), but their progress is
-            // learned only by the flush thread's driver calls, and on the H200 (2026-12-01) a
-            // wedge in a burst of launches was named as a kernel that had completed: the flush
-            // thread's event calls waited behind the launcher blocked in the full queue, and
-            // no mark was published from then on. A stream write's progress is read from
-            // memory: nothing can hold it back.
+            // Event records by default, stream writes where a stream has no ring yet, where
+            // events cannot be had, or with `WEDGEPROBE_SHIM_MARK_WITH=write`
+            // (`marks::DEFAULT_WITH_EVENTS` says why).
             let with_events = match std::env::var("WEDGEPROBE_SHIM_MARK_WITH").as_deref() {
                 Ok("event") => true,
-                Ok("write") | Err(_) => false,
+                Ok("write") => false,
+                Err(_) => marks::DEFAULT_WITH_EVENTS,
                 Ok(other) => {
                     let line = format!(
                         "WEDGEPROBE_SHIM_MARK_WITH={other} is not `event` or `write`; marking \
-                         with stream writes"
+                         with {}",
+                        if marks::DEFAULT_WITH_EVENTS {
+                            "event records"
+                        } else {
+                            "stream writes"
+                        }
                     );
                     log_line(line.as_bytes());
-                    false
+                    marks::DEFAULT_WITH_EVENTS
                 }
             };
             let gap_us = num("WEDGEPROBE_SHIM_MARK_US", marks::DEFAULT_US, 60_000_000);

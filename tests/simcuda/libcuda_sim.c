@@ -177,14 +177,29 @@ static unsigned stream_index(CUstream s) {
 
 static uint64_t *stream_slot(CUstream s) { return &streams[stream_index(s)].last_seq; }
 
-/* SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE=1: a launch waiting for room in the full queue holds
- * a driver lock that cuEventQuery takes too — what the H200 showed (2026-12-01): the shim's
- * event queries from its flush thread waited behind the launcher blocked in the full queue. */
+/* A launch waiting for room in the full queue holds a driver lock that some calls from other
+ * threads take too:
+ * SIMCUDA_EVENT_CREATE_BEHIND_FULL_QUEUE=1: cuEventCreate and cuEventDestroy — what the H200
+ * showed (2026-12-07): with event marks, a stream's event ring wanted just as its launcher
+ * filled the queue behind a stuck kernel was created only once the kernel was released, and
+ * the shim's flush thread, which created it then, published nothing meanwhile.
+ * SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE=1: cuEventQuery too — what was thought on 2026-12-01;
+ * the H200 answered queries within 20 µs with the launcher blocked (gpu/event_marks.cu), but
+ * the reader's guard against stale marks is tested with it. */
 static pthread_mutex_t driver_lock = PTHREAD_MUTEX_INITIALIZER;
 static int query_behind_full_queue(void) {
     static int v = -1;
     if (v < 0) v = getenv("SIMCUDA_EVENT_QUERY_BEHIND_FULL_QUEUE") != NULL;
     return v;
+}
+static int create_behind_full_queue(void) {
+    static int v = -1;
+    if (v < 0) v = getenv("SIMCUDA_EVENT_CREATE_BEHIND_FULL_QUEUE") != NULL;
+    return v;
+}
+static void wait_behind_full_queue(void) {
+    pthread_mutex_lock(&driver_lock);
+    pthread_mutex_unlock(&driver_lock);
 }
 
 /* Queues `it` on stream `s` (its seq assigned here); while the queue is full, spins on
@@ -194,7 +209,7 @@ static uint64_t push(CUstream s, struct item it) {
     pthread_mutex_lock(&mu);
     while (count == QUEUE_CAP) {
         pthread_mutex_unlock(&mu);
-        if (query_behind_full_queue() && !holds_driver_lock) {
+        if ((query_behind_full_queue() || create_behind_full_queue()) && !holds_driver_lock) {
             pthread_mutex_lock(&driver_lock);
             holds_driver_lock = 1;
         }
@@ -487,6 +502,7 @@ static _Atomic uint64_t events_live;
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned flags) {
     (void)flags;
     if (getenv("SIMCUDA_NO_EVENTS")) return 2;
+    if (create_behind_full_queue()) wait_behind_full_queue();
     struct sim_event *ev = calloc(1, sizeof *ev);
     if (!ev) return 2;
     atomic_fetch_add(&events_live, 1);
@@ -504,14 +520,12 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
 }
 EXPORT CUresult cuEventQuery(CUevent e) {
     if (!e) return CUDA_ERROR_INVALID_VALUE;
-    if (query_behind_full_queue()) {
-        pthread_mutex_lock(&driver_lock);
-        pthread_mutex_unlock(&driver_lock);
-    }
+    if (query_behind_full_queue()) wait_behind_full_queue();
     return atomic_load(&completed_seq) >= atomic_load(&((struct sim_event *)e)->seq) ? CUDA_SUCCESS : 600;
 }
 EXPORT CUresult cuEventDestroy_v2(CUevent e) {
     if (!e) return CUDA_ERROR_INVALID_VALUE;
+    if (create_behind_full_queue()) wait_behind_full_queue();
     atomic_fetch_sub(&events_live, 1);
     free(e);
     return CUDA_SUCCESS;

@@ -819,6 +819,42 @@ fn the_self_cost_switch_accounts_for_every_launch_and_mark() {
     assert!(marks >= launches / 20, "{line}");
 }
 
+/// The H200's shape (2026-12-07, the harness's launch and burst wedges with event marks): the
+/// stream's first launch is the stuck kernel, so its event ring is wanted just as the
+/// launching thread fills the queue behind it, and creating events waits behind that blocked
+/// launch (`SIMCUDA_EVENT_CREATE_BEHIND_FULL_QUEUE`). Only the event maker waits: the flush
+/// thread keeps publishing (a fresh heartbeat), the stream's marks stay stream writes, and
+/// the stuck kernel is named exactly. Before, the flush thread made the rings and waited with
+/// them: no mark published, the kernel one of ~1,000.
+#[test]
+fn event_marks_name_a_wedge_whose_ring_is_made_behind_the_full_queue() {
+    require_root!();
+    let shim = shim_path();
+    let w = Worker::spawn(
+        &["wedge", "10", "0"],
+        &[
+            ("CUDA_INJECTION64_PATH", shim.as_str()),
+            ("SIMCUDA_RELEASE_AFTER_S", "8"),
+            ("WEDGEPROBE_SHIM_MARK_WITH", "event"),
+            ("SIMCUDA_EVENT_CREATE_BEHIND_FULL_QUEUE", "1"),
+        ],
+    );
+    // Well past the 1 s after which unpublished marks are stale.
+    sleep(secs(2.5));
+    let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+    drop(w);
+    let journal = &r["targets"][0]["journal"];
+    assert!(
+        journal["heartbeat_age_ms"].as_f64() < Some(1_000.0),
+        "the flush thread publishes while the ring waits: {journal}"
+    );
+    assert_eq!(r["verdict"]["kind"], "kernel_wedge", "{}", r["verdict"]);
+    let head = &r["kernels"][0];
+    assert_eq!(head["kernel"], "_Z17attn_wedge_kernelP7barrierPf", "{head}");
+    assert_eq!(head["exact"], true, "{head}");
+    assert!(head["queued_behind"].as_u64() >= Some(900), "{head}");
+}
+
 /// Marks as event records (opt-in: WEDGEPROBE_SHIM_MARK_WITH=event; the flush thread polls
 /// them), stream writes where events cannot be had: either way the stuck kernel is named
 /// exactly, with its grid and the

@@ -1,10 +1,13 @@
-//! Stream marks recorded as CUDA events: the cheaper of the two mark primitives, opt-in
-//! (`WEDGEPROBE_SHIM_MARK_WITH=event`) since 2026-12-01. On the H200 a wedge in a burst of
-//! launches was named as a kernel that had completed: the flush thread's event calls (the
-//! ring's `cuEventCreate`, its queries) waited behind the launcher blocked in the full queue,
-//! and no mark was published from then on, so a flagged launch whose mark had passed looked
-//! stuck. Safe for names once the polling cannot hold publishing back and the reader knows
-//! when event progress is stale; until then, stream writes (read from memory) are the default.
+//! Stream marks recorded as CUDA events: the cheaper of the two mark primitives, and the
+//! default since 2026-12-07 (`WEDGEPROBE_SHIM_MARK_WITH=write` for stream writes; the figures
+//! are at `super::DEFAULT_WITH_EVENTS`). From 2026-12-01 they were opt-in: on the H200 a
+//! wedge in a burst of launches was named as a kernel that had completed, and after the
+//! reader's guard against stale marks it was narrowed to ~1,000 candidates. The cause, found
+//! on the H200 on 2026-12-07: the stream's ring was wanted at its first mark, right as the
+//! launcher filled the queue behind the stuck kernel, and `cuEventCreate` on the flush thread
+//! waited behind that blocked launch until the kernel was released — and the flush thread
+//! published nothing meanwhile. Queries do not wait there. So rings are made and given back
+//! on a thread of their own (`Marks::make_events`); the flush thread only queries.
 //!
 //! Why: on the H200 a mark as a stream-ordered write (`cuStreamWriteValue64`) costs the
 //! launching thread 0.6–1.8 µs, an event record 0.14 µs (docs/measured-facts.md, 2026-12-01);
@@ -19,8 +22,8 @@
 //! with the right answers; polling it continuously doubled the launch cost (4.0 → 8–9 µs),
 //! hence a sparse poll.
 //!
-//! Each stream slot gets a ring of `RING` events, created by the flush thread the first time
-//! a launch wants one (in the stream's context, with its capture mode relaxed, never while a
+//! Each stream slot gets a ring of `RING` events, created by the event maker's thread the
+//! first time a launch wants one (in the stream's context, with its capture mode relaxed, never while a
 //! capture is in progress); until then, and whenever the ring is full (the poll fell `RING`
 //! marks behind) or a record fails, the mark is a stream write as before — both kinds of
 //! progress are lower bounds, and the journal publishes the higher (`Writer::mark_done`).
@@ -121,6 +124,11 @@ impl Ring {
     /// Whether a marking thread asked for events.
     pub fn wanted(&self) -> bool {
         self.state.load(Relaxed) == WANTED
+    }
+
+    /// Whether events were made and not given back.
+    pub fn has_events(&self) -> bool {
+        self.cells.get().is_some() && self.state.load(Relaxed) != DESTROYED
     }
 
     /// Flush thread, with the stream's context current and capture mode relaxed: creates the

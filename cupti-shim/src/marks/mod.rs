@@ -82,6 +82,20 @@ pub const DEFAULT_US: u32 = 100;
 /// every `every` launches, at each gap and synchronize, and in the flush thread's idle marks.
 pub const DEFAULT_PERIOD_US: u32 = 0;
 
+/// Marks are event records by default (`WEDGEPROBE_SHIM_MARK_WITH=write`: stream writes).
+/// Measured on the H200 in one device call (2026-12-07, the harness's cost suite, 756 eager
+/// pairs each, BENCHMARKS.md): eager decode +2.97% with event marks against +3.93% with
+/// stream writes, the launch-bound loop +3.34% against +4.99%, its CUDA graph +0.08% against
+/// +1.60%, graph decode +0.05% against +0.13%; a stream write stalls its stream ~2.1 µs of
+/// GPU time where an event record costs none measurable (`gpu/mark_bubble.cu`). They were
+/// opt-in from 2026-12-01 until the rings were made off the flush thread (`make_events`):
+/// an event's progress is learned only from the flush thread's queries, and making a ring
+/// behind a full queue held that thread, so a wedge right after a stream's first launches
+/// was narrowed, not named. Streams without a ring yet (the first ~10 ms), those past
+/// `MAX_RINGS`, and any whose ring is full or failed mark with stream writes: both are read
+/// as lower bounds of the stream's progress.
+pub const DEFAULT_WITH_EVENTS: bool = true;
+
 /// When marks are enqueued (`WEDGEPROBE_SHIM_MARK_EVERY`, `…_MARK_US`, `…_MARK_PERIOD_US`).
 #[derive(Clone, Copy, Debug)]
 pub struct Cadence {
@@ -161,6 +175,8 @@ pub struct Marks {
     rings: AtomicU32,
     /// The context of the first launch: the flush thread allocates the words in it.
     want_ctx: AtomicU64,
+    /// The thread that creates and destroys event rings (`make_events`), once started.
+    maker: OnceLock<std::thread::Thread>,
 }
 const _: () = assert!(std::mem::offset_of!(Marks, want_ctx) + 8 <= 64);
 
@@ -192,6 +208,7 @@ pub fn init(cap: u32, cadence: Cadence, with_events: bool) -> &'static Marks {
         with_events,
         rings: AtomicU32::new(0),
         attached_late: AtomicBool::new(false),
+        maker: OnceLock::new(),
     })
 }
 
@@ -493,7 +510,9 @@ impl Marks {
             {
                 continue;
             }
-            let Ok(_guard) = s.idle_lock.lock() else {
+            // Not `lock`: the event maker holds it while it makes this stream's ring, which
+            // can wait behind another stream's full queue; the mark waits for a later tick.
+            let Ok(_guard) = s.idle_lock.try_lock() else {
                 continue;
             };
             if s.gone.load(Acquire) != ALIVE {
@@ -508,12 +527,106 @@ impl Marks {
         }
     }
 
-    /// Flush thread, every tick (10 ms while event marks are on): creates the event rings
-    /// marking threads asked for, asks each stream's outstanding events how far it got and
-    /// notes that as its progress, and gives back the events of destroyed streams. Not while
-    /// a capture is in progress (creating events then is not needed, and nothing of ours
-    /// should run beside a capture), nor once the journal stopped recording.
-    pub fn poll_events(&self, writer: &Writer) {
+    /// Flush thread, every tick (10 ms while event marks are on): asks each stream's
+    /// outstanding events how far it got and notes that as its progress. Creating a stream's
+    /// ring and giving back a destroyed stream's events is `make_events`' work, on a thread of
+    /// its own, woken from here: on the H200 (2026-12-07, the harness's launch and burst
+    /// wedges with event marks) the first mark of a stream wanted its ring just as the
+    /// launching thread filled the queue behind the stuck kernel, `cuEventCreate` waited
+    /// behind that blocked launch until the kernel was released, and the flush thread waited
+    /// with it: no mark published, the heartbeat 5.3 s stale, the stuck kernel one of 966.
+    /// `cuEventQuery` does not wait there (`gpu/event_marks.cu`: 11–19 µs with the launcher
+    /// blocked). A slot whose lock the maker holds is skipped this tick: its ring is not
+    /// ready, so its marks are stream writes, published from memory. Not while a capture is
+    /// in progress, nor once the journal stopped recording.
+    pub fn poll_events(&'static self, writer: &'static Writer) {
+        if !self.with_events
+            || self.status.load(Acquire) != READY
+            || self.captures.load(Acquire) != 0
+            || writer.state() != probe_common::journal::STATE_RECORDING
+        {
+            return;
+        }
+        let Some(query) = driver::driver().event_query else {
+            return;
+        };
+        let t0 = if crate::self_cost::on() {
+            crate::self_cost::tsc()
+        } else {
+            0
+        };
+        let mut queries = 0;
+        let mut maker_work = false;
+        for slot in writer.claimed_marks() {
+            let Some(s) = self.streams.get(slot as usize) else {
+                continue;
+            };
+            let Ok(_guard) = s.idle_lock.try_lock() else {
+                continue;
+            };
+            match s.gone.load(Acquire) {
+                ALIVE => {}
+                STREAM_GONE => {
+                    maker_work |= s.ring.has_events();
+                    continue;
+                }
+                _ => continue,
+            }
+            if s.ring.wanted() {
+                maker_work |= s.ctx.load(Acquire) != 0 && self.rings.load(Relaxed) < MAX_RINGS;
+                continue;
+            }
+            let (passed, n) = s.ring.poll(query);
+            queries += n;
+            if let Some(c) = passed {
+                writer.mark_progress(slot, c);
+            }
+        }
+        if maker_work {
+            self.wake_maker(writer);
+        }
+        if t0 != 0 {
+            crate::self_cost::poll(queries, crate::self_cost::tsc().wrapping_sub(t0));
+        }
+    }
+
+    /// Wakes the event maker (`make_events`), starting it the first time.
+    fn wake_maker(&'static self, writer: &'static Writer) {
+        if let Some(t) = self.maker.get() {
+            t.unpark();
+            return;
+        }
+        let started = std::thread::Builder::new()
+            .name("wedgeprobe-events".into())
+            .spawn(move || {
+                loop {
+                    if get().is_some() {
+                        self.make_events(writer);
+                    }
+                    std::thread::park_timeout(std::time::Duration::from_secs(1));
+                }
+            });
+        match started {
+            Ok(h) => {
+                let _ = self.maker.set(h.thread().clone());
+            }
+            Err(e) => {
+                // No maker: every stream keeps stream writes. The ring count is set full, so
+                // no stream asks again (and this is said once).
+                self.rings.store(MAX_RINGS, Relaxed);
+                let line = format!(
+                    "event marks unavailable (no thread for them: {e}); marking with stream writes"
+                );
+                crate::log_line(line.as_bytes());
+            }
+        }
+    }
+
+    /// The event maker's thread (`wake_maker`): creates the event rings marking threads asked
+    /// for (in the stream's context, its own capture mode relaxed) and gives back the events
+    /// of destroyed streams. Any of these calls may wait behind a launch blocked in a full
+    /// queue; only this thread waits then — the flush thread keeps polling and publishing.
+    pub fn make_events(&self, writer: &Writer) {
         if !self.with_events
             || self.status.load(Acquire) != READY
             || self.captures.load(Acquire) != 0
@@ -522,10 +635,9 @@ impl Marks {
             return;
         }
         let d = driver::driver();
-        let (Some(create), Some(destroy), Some(query), Some(set_current), Some(exchange)) = (
+        let (Some(create), Some(destroy), Some(set_current), Some(exchange)) = (
             d.event_create,
             d.event_destroy,
-            d.event_query,
             d.ctx_set_current,
             d.exchange_capture_mode,
         ) else {
@@ -542,12 +654,6 @@ impl Marks {
             }
             RELAXED.set(true);
         }
-        let t0 = if crate::self_cost::on() {
-            crate::self_cost::tsc()
-        } else {
-            0
-        };
-        let mut queries = 0;
         for slot in writer.claimed_marks() {
             let Some(s) = self.streams.get(slot as usize) else {
                 continue;
@@ -563,39 +669,31 @@ impl Marks {
                 }
                 _ => continue,
             }
-            if s.ring.wanted() {
-                let ctx = s.ctx.load(Acquire);
-                if ctx == 0 || self.rings.load(Relaxed) >= MAX_RINGS {
-                    continue;
-                }
-                // SAFETY: a context whose destruction has not started (checked under the lock
-                // its destroy callback takes), made current on our own thread.
-                if unsafe { set_current(ctx as *mut c_void) } != 0 {
-                    continue;
-                }
-                self.rings.fetch_add(1, Relaxed);
-                let r = s.ring.create(create, destroy);
-                debug(format_args!("event ring for mark slot {slot}: {r:?}"));
-                static TOLD: AtomicBool = AtomicBool::new(false);
-                if let Err(code) = r
-                    && !TOLD.swap(true, Relaxed)
-                {
-                    let line = format!(
-                        "event marks unavailable (cuEventCreate returned {code}); marking with \
-                         stream writes (dearer)"
-                    );
-                    crate::log_line(line.as_bytes());
-                }
+            if !s.ring.wanted() {
                 continue;
             }
-            let (passed, n) = s.ring.poll(query);
-            queries += n;
-            if let Some(c) = passed {
-                writer.mark_progress(slot, c);
+            let ctx = s.ctx.load(Acquire);
+            if ctx == 0 || self.rings.load(Relaxed) >= MAX_RINGS {
+                continue;
             }
-        }
-        if t0 != 0 {
-            crate::self_cost::poll(queries, crate::self_cost::tsc().wrapping_sub(t0));
+            // SAFETY: a context whose destruction has not started (checked under the lock
+            // its destroy callback takes), made current on our own thread.
+            if unsafe { set_current(ctx as *mut c_void) } != 0 {
+                continue;
+            }
+            self.rings.fetch_add(1, Relaxed);
+            let r = s.ring.create(create, destroy);
+            debug(format_args!("event ring for mark slot {slot}: {r:?}"));
+            static TOLD: AtomicBool = AtomicBool::new(false);
+            if let Err(code) = r
+                && !TOLD.swap(true, Relaxed)
+            {
+                let line = format!(
+                    "event marks unavailable (cuEventCreate returned {code}); marking with \
+                     stream writes (dearer)"
+                );
+                crate::log_line(line.as_bytes());
+            }
         }
     }
 

@@ -451,7 +451,7 @@ impl Recorder {
     /// Flush thread, every tick (`flush_period`): event marks polled, marks published, a sign
     /// of life, then idle streams' last launches marked. Publishing comes first: an idle mark is a driver call that can wait
     /// for room in a stream's queue, and what passed before it must be readable meanwhile.
-    pub fn heartbeat(&self) {
+    pub fn heartbeat(&'static self) {
         if self.writer.record_mode() == RECORD_MARKS
             && let Some(m) = marks::get()
         {
