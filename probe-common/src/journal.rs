@@ -337,6 +337,11 @@ pub const GRAPH_KERNEL_NODE: u32 = 1;
 pub const GRAPH_EXEC: u32 = 2;
 /// Executable graphs' keys carry this bit so they never collide with node ids.
 pub const GRAPH_EXEC_KEY: u64 = 1 << 62;
+/// `GraphSlot::key` of a slot given back (its exec was destroyed; `kind` was set to 0 first):
+/// lookups probe past it, as past another key, and a writer may claim it again. Never a
+/// node's or an exec's key (node ids stay below `GRAPH_EXEC_KEY`, exec keys are ids below
+/// 2^32 with that bit).
+pub const GRAPH_FREED_KEY: u64 = u64::MAX;
 
 /// What CUPTI's resource callbacks said about CUDA graphs: kernel nodes (with their kernel) and
 /// executable graphs (with the graph they were instantiated from), so a stuck graph launch can

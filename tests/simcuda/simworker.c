@@ -43,7 +43,8 @@
  *                                                from the stream's launches (as PyTorch does);
  *                                                SIMWORKER_GRAPH_INSTANTIATE_FLAGS: its flags;
  *                                                SIMWORKER_GRAPH_EXECS=N: N instantiations,
- *                                                the last replayed;
+ *                                                the last replayed (SIMWORKER_GRAPH_DESTROY=1:
+ *                                                each destroyed once the next is made);
  *                                                SIMWORKER_GRAPH_SET_AT=K: kernel node K of the
  *                                                exec made "graph_swapped_k<K>_wedge" (grid
  *                                                300) by cuGraphExecKernelNodeSetParams_v2
@@ -432,11 +433,20 @@ static void run_graph(double run_s, double start) {
     /* SIMWORKER_GRAPH_EXECS=N: N instantiations of the graph in all, the last one replayed
      * (the others kept: a server's many captured batch sizes). */
     const char *execs = getenv("SIMWORKER_GRAPH_EXECS");
-    for (int k = 1; execs && k < atoi(execs); k++)
+    /* SIMWORKER_GRAPH_DESTROY=1: each exec destroyed once the next is made (a server that
+     * captures its graphs again: a model reloaded, its batch sizes captured anew). */
+    int destroy = getenv("SIMWORKER_GRAPH_DESTROY") != NULL;
+    for (int k = 1; execs && k < atoi(execs); k++) {
+        CUgraphExec before = exec;
         if (cuGraphInstantiateWithFlags(&exec, g, 0) != 0) {
             fprintf(stderr, "simworker: cuGraphInstantiateWithFlags failed\n");
             exit(2);
         }
+        if (destroy && cuGraphExecDestroy(before) != 0) {
+            fprintf(stderr, "simworker: cuGraphExecDestroy failed\n");
+            exit(2);
+        }
+    }
     if (getenv("SIMWORKER_GRAPH_UPDATE")) {
         CUgraph g2 = build_graph(shape, nodes ? atoi(nodes) : 12, wedge_at, "graph_updated");
         int r = cuGraphExecUpdate_v2(exec, g2, NULL);

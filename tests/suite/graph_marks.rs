@@ -274,6 +274,43 @@ fn a_server_s_thousands_of_captured_graphs_are_all_named() {
     }
 }
 
+/// A server that captures its graphs again and again (a model reloaded, its batch sizes
+/// captured anew) destroys the execs it replaced. Their slots in the graph table were never
+/// given back: 6,000 execs of 12 nodes made one after another, each destroyed once the next
+/// exists (78,000 slots over time, 13 live), filled the 65,536 slots, and the last exec's
+/// stuck replay lost its nodes (`graphs_full`). Now a destroyed exec's slots go back: named
+/// with its 12 nodes, by default and with graph marks, nothing dropped.
+#[test]
+fn a_server_that_captures_its_graphs_again_and_again_is_still_named() {
+    require_root!();
+    for every in ["", "4"] {
+        let r = stuck_report_logged(
+            &[
+                ("SIMWORKER_GRAPH_WEDGE_AT", "5"),
+                ("WEDGEPROBE_GRAPH_MARK_EVERY", every),
+                ("SIMWORKER_GRAPH_EXECS", "6000"),
+                ("SIMWORKER_GRAPH_DESTROY", "1"),
+            ],
+            None,
+        );
+        let head = &r["kernels"][0];
+        let g = &head["graph"];
+        assert_eq!(g["kernel_nodes"], 12, "marks every {every:?}: {head}");
+        let named = if every.is_empty() {
+            names(&g["not_completed"])
+        } else {
+            names(&g["marks"]["branches"][0]["candidates"])
+        };
+        assert!(
+            named.contains(&"graph_k5_wedge".to_string()),
+            "marks every {every:?}: {head}"
+        );
+        for (k, v) in r["targets"][0]["journal"]["drops"].as_object().unwrap() {
+            assert_eq!(v, 0, "marks every {every:?}: the shim dropped {k}");
+        }
+    }
+}
+
 /// The kernels a `simworker graph` run of 40 replays ran, in order (count and hash).
 fn graph_output(env: &[(&str, &str)]) -> String {
     let mut w = Worker::spawn_piped(&["graph", "10"], env);

@@ -311,7 +311,12 @@ fn forget_exec(handle: usize) {
         match EXEC_HANDLE[i].load(Ordering::Acquire) {
             0 => return,
             x if x == handle => {
-                EXEC_ID[i].store(0, Ordering::Release);
+                let exec_id = EXEC_ID[i].swap(0, Ordering::AcqRel);
+                if exec_id != 0
+                    && let Some(rec) = record::get()
+                {
+                    rec.writer().graph_exec_gone(exec_id);
+                }
                 marks::graph::forget(handle);
                 if let Ok(mut b) = BOOK.lock()
                     && let Some(nodes) = b.nodes.as_mut()
@@ -619,6 +624,8 @@ fn updated(exec: usize, graph: usize, mut added: Option<marks::graph::Added>) {
         return;
     }
     if let Some(r) = record_nodes(rec, graph, added.as_ref()) {
+        // The nodes of the graph it ran before have ids of their own: their slots go back.
+        rec.writer().graph_exec_nodes_gone(exec_id);
         rec.writer().graph_exec_marked(
             exec_id,
             r.graph_id,

@@ -13,7 +13,7 @@ use core::{
 };
 
 use probe_common::journal::{
-    GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_KERNEL_NODE, GraphSlot, drops, graph_probes,
+    GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_FREED_KEY, GRAPH_KERNEL_NODE, GraphSlot, drops, graph_probes,
 };
 
 use super::Writer;
@@ -57,26 +57,93 @@ impl Writer {
 
     /// The slot of `key`: `Ok(offset)` of an existing or newly claimed one (`claim`), `Err(())`
     /// when absent (lookup) or the table is full around its home (counted when claiming).
-    /// Probed as readers probe (`graph_probes`).
+    /// Probed as readers probe (`graph_probes`); a claim takes the first slot given back
+    /// (`GRAPH_FREED_KEY`) on the key's path, else the first empty one, once it has seen the
+    /// key is not already there (the path runs to an empty slot or the probe limit).
     fn graph_slot(&self, key: u64, claim: bool) -> Result<(u64, bool), ()> {
-        for i in graph_probes(key, self.layout.graphs_cap) {
-            let off = self.graph_off(i);
-            let slot_key = self.word(off + KEY);
-            match slot_key.load(Acquire) {
-                k if k == key => return Ok((off, false)),
-                0 if !claim => return Err(()),
-                0 => match slot_key.compare_exchange(0, key, AcqRel, Acquire) {
+        // Twice at most: a claim that lost both its slots to other writers looks again.
+        for _ in 0..2 {
+            let mut freed = None;
+            let mut empty = None;
+            for i in graph_probes(key, self.layout.graphs_cap) {
+                let off = self.graph_off(i);
+                match self.word(off + KEY).load(Acquire) {
+                    k if k == key => return Ok((off, false)),
+                    0 => {
+                        empty = Some(off);
+                        break;
+                    }
+                    GRAPH_FREED_KEY if freed.is_none() => freed = Some(off),
+                    _ => {}
+                }
+            }
+            if !claim {
+                return Err(());
+            }
+            for (off, was) in [(freed, GRAPH_FREED_KEY), (empty, 0)]
+                .into_iter()
+                .filter_map(|(o, w)| o.map(|o| (o, w)))
+            {
+                match self
+                    .word(off + KEY)
+                    .compare_exchange(was, key, AcqRel, Acquire)
+                {
                     Ok(_) => return Ok((off, true)),
                     Err(k) if k == key => return Ok((off, false)),
                     Err(_) => {}
-                },
-                _ => {}
+                }
+            }
+            if freed.is_none() && empty.is_none() {
+                break;
             }
         }
         if claim {
             self.count_drop(drops::GRAPHS_FULL);
         }
         Err(())
+    }
+
+    /// Gives the slot of `key` back: its kind to 0 first (readers skip it), then its key to
+    /// `GRAPH_FREED_KEY` (lookups probe past it, a claim may take it).
+    fn free_graph_slot(&self, key: u64) {
+        if let Ok((off, _)) = self.graph_slot(key, false) {
+            self.half(off + KIND).store(0, Release);
+            self.word(off + KEY).store(GRAPH_FREED_KEY, Release);
+        }
+    }
+
+    /// Executable graph `exec_id` was destroyed: its slot and its kernel nodes' slots (the
+    /// consecutive ids the hooks gave them, `graph_exec_marked`) go back. Without this a
+    /// server that captures graphs again and again (a model reloaded, batch sizes captured
+    /// anew) filled the table: 65,536 slots are ~84 execs of a 779-node decode graph, and
+    /// past that a stuck replay was "graph launch of 0 kernel nodes". Nodes recorded from
+    /// CUPTI's callbacks (CUPTI's ids, per graph, not per exec) stay.
+    pub fn graph_exec_gone(&self, exec_id: u32) {
+        self.graph_exec_nodes_gone(exec_id);
+        self.free_graph_slot(exec_id as u64 | GRAPH_EXEC_KEY);
+    }
+
+    /// The kernel nodes' slots of exec `exec_id` go back, its own slot stays: for an exec
+    /// updated in place, whose new nodes are recorded under new ids (then its slot is
+    /// written again with them).
+    pub fn graph_exec_nodes_gone(&self, exec_id: u32) {
+        let Ok((off, _)) = self.graph_slot(exec_id as u64 | GRAPH_EXEC_KEY, false) else {
+            return;
+        };
+        if self.half(off + KIND).load(Acquire) != GRAPH_EXEC {
+            return;
+        }
+        let first = u64::from(self.half(off + GRID).load(Relaxed))
+            | u64::from(self.half(off + GRID + 4).load(Relaxed)) << 32;
+        let count = self
+            .word(off + ORIGINAL)
+            .load(Relaxed)
+            .min(u64::from(self.layout.graphs_cap));
+        if first != 0 {
+            for id in first..first.saturating_add(count) {
+                self.free_graph_slot(id);
+            }
+        }
     }
 
     fn fill_graph_slot_placed(
@@ -264,5 +331,44 @@ impl Writer {
             }
             _ => 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::tests::{drops, writer};
+
+    /// Node ids sharing a home slot: once the first is given back the second is still found
+    /// past it, and a new key takes the given-back slot rather than one further on.
+    #[test]
+    fn a_graph_slot_given_back_is_probed_past_and_claimed_again() {
+        let mut mem = Vec::new();
+        let w = writer(&mut mem);
+        let cap = w.layout.graphs_cap;
+        let home = |k: u64| graph_probes(k, cap).next();
+        let a = 1u64;
+        let same: Vec<u64> = (2..).filter(|&k| home(k) == home(a)).take(2).collect();
+        let (b, c) = (same[0], same[1]);
+        w.graph_kernel_node(a, 0, 7, 11);
+        w.graph_kernel_node(b, 0, 7, 12);
+        let at_a = w.graph_slot(a, false).map(|s| s.0);
+        w.graph_exec_marked(3, 7, None, (a, 1));
+        w.graph_exec_gone(3);
+        assert!(w.graph_slot(a, false).is_err(), "node a given back");
+        assert!(
+            w.graph_slot(3 | GRAPH_EXEC_KEY, false).is_err(),
+            "exec given back"
+        );
+        assert_eq!(w.graph_node_name(b), 12, "b found past a's slot");
+        w.graph_kernel_node(c, 0, 7, 13);
+        assert_eq!(
+            w.graph_slot(c, false).map(|s| s.0),
+            at_a,
+            "a's slot taken again"
+        );
+        assert_eq!(w.graph_node_name(c), 13);
+        assert_eq!(w.graph_exec_kernels(3), 0);
+        assert_eq!(drops(&w, drops::GRAPHS_FULL), 0);
     }
 }

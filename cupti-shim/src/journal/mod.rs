@@ -837,7 +837,7 @@ mod tests {
     use super::*;
 
     /// A writer over zeroed process memory (the journal's layout, no file).
-    fn writer(mem: &mut Vec<u64>) -> Writer {
+    pub(super) fn writer(mem: &mut Vec<u64>) -> Writer {
         let layout = Layout::DEFAULT;
         *mem = vec![0u64; (layout.total_size() as usize).div_ceil(8)];
         let base = NonNull::from(&mut mem[0]).cast::<u8>();
@@ -901,7 +901,7 @@ mod tests {
         );
     }
 
-    fn drops(w: &Writer, which: usize) -> u64 {
+    pub(super) fn drops(w: &Writer, which: usize) -> u64 {
         w.word((offset_of!(Header, drops) + which * 8) as u64)
             .load(Relaxed)
     }

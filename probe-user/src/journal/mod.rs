@@ -18,9 +18,9 @@ use std::{
 
 use crate::model::ThreadInCall;
 use probe_common::journal::{
-    GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_KERNEL_NODE, GraphSlot, Header, HeaderError, InflightSlot,
-    Layout, MarkSlot, NAME_BYTES, NameSlot, RECORD_MARKS, RingRecord, STATE_OFF, STATE_RELEASED,
-    ThreadSlot, VERSION, drops, graph_probes,
+    GRAPH_EXEC, GRAPH_EXEC_KEY, GRAPH_FREED_KEY, GRAPH_KERNEL_NODE, GraphSlot, Header, HeaderError,
+    InflightSlot, Layout, MarkSlot, NAME_BYTES, NameSlot, RECORD_MARKS, RingRecord, STATE_OFF,
+    STATE_RELEASED, ThreadSlot, VERSION, drops, graph_probes,
 };
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -285,8 +285,8 @@ impl JournalView {
         for i in 0..self.layout.graphs_cap {
             let off = self.layout.graphs_off() + i as u64 * size_of::<GraphSlot>() as u64;
             let key: u64 = self.read(off);
-            if key == 0 {
-                continue;
+            if key == 0 || key == GRAPH_FREED_KEY {
+                continue; // never used, or given back (its exec destroyed)
             }
             if let Some(a) = self.graph_slot_at(off) {
                 g.take(a);
