@@ -182,8 +182,14 @@ pub fn pick_thread(pid: u32, code: &TargetCode, exclude: &[u32]) -> Option<Idle>
     };
     // Five looks 4 ms apart: a thread woken every few ms is running (or runnable, waiting for
     // a core) at any one look now and then, and would be passed over for a worse candidate.
+    // While the best found is the main thread or a driver's thread, up to 20 more: on a busy
+    // two-core machine a worker thread woken every 20 ms was missed by all five looks once
+    // (the suite under load, 2026-12-07), and Python's main thread was borrowed instead.
     let mut found: Vec<(bool, bool, bool, u32, Idle)> = Vec::new();
-    for look in 0..5 {
+    for look in 0..25 {
+        if look >= 5 && found.iter().any(|f| !f.0 && !f.2) {
+            break;
+        }
         if look > 0 {
             std::thread::sleep(std::time::Duration::from_millis(4));
         }
