@@ -126,6 +126,11 @@ impl Ring {
         self.state.load(Relaxed) == WANTED
     }
 
+    /// Whether records are outstanding (recorded, not yet seen passed by a poll).
+    pub fn outstanding(&self) -> bool {
+        self.head.load(Acquire) != self.retired.load(Relaxed)
+    }
+
     /// Whether events were made and not given back.
     pub fn has_events(&self) -> bool {
         self.cells.get().is_some() && self.state.load(Relaxed) != DESTROYED
