@@ -239,26 +239,25 @@ fn a_kernel_node_set_in_the_exec_is_named_as_the_kernel_it_runs_now() {
     }
 }
 
-/// A server captures a graph per batch size and per piece of its model: vLLM's piecewise
-/// graphs are ~67 sizes × (layers + 1) pieces, thousands of execs and tens of thousands of
-/// kernel nodes. The graph table held 4,096 slots: past them a stuck replay was "graph launch
-/// of 0 kernel nodes". 2,000 execs of 12 nodes (26,000 slots): the last one's stuck replay is
-/// named with its nodes, by default and with graph marks, and nothing was dropped.
-#[test]
-fn a_server_s_thousands_of_captured_graphs_are_all_named() {
-    require_root!();
+/// The last of many execs (`execs`: the simulated worker's settings) is replayed stuck at
+/// node 5 of 12: named with its 12 nodes, by default and with graph marks, nothing dropped.
+fn last_of_many_execs_is_named(execs: &[(&str, &str)]) {
     for every in ["", "4"] {
-        let r = stuck_report_logged(
+        let env = [
             &[
                 ("SIMWORKER_GRAPH_WEDGE_AT", "5"),
                 ("WEDGEPROBE_GRAPH_MARK_EVERY", every),
-                ("SIMWORKER_GRAPH_EXECS", "2000"),
-            ],
-            None,
-        );
+            ][..],
+            execs,
+        ]
+        .concat();
+        let r = stuck_report_logged(&env, None);
         let head = &r["kernels"][0];
         let g = &head["graph"];
-        assert_eq!(g["kernel_nodes"], 12, "marks every {every:?}: {head}");
+        assert_eq!(
+            g["kernel_nodes"], 12,
+            "{execs:?}, marks every {every:?}: {head}"
+        );
         let named = if every.is_empty() {
             names(&g["not_completed"])
         } else {
@@ -266,49 +265,39 @@ fn a_server_s_thousands_of_captured_graphs_are_all_named() {
         };
         assert!(
             named.contains(&"graph_k5_wedge".to_string()),
-            "marks every {every:?}: {head}"
+            "{execs:?}, marks every {every:?}: {head}"
         );
         for (k, v) in r["targets"][0]["journal"]["drops"].as_object().unwrap() {
-            assert_eq!(v, 0, "marks every {every:?}: the shim dropped {k}");
+            assert_eq!(
+                v, 0,
+                "{execs:?}, marks every {every:?}: the shim dropped {k}"
+            );
         }
     }
+}
+
+/// A server captures a graph per batch size and per piece of its model: vLLM's piecewise
+/// graphs are ~67 sizes × (layers + 1) pieces, thousands of execs and tens of thousands of
+/// kernel nodes. The graph table held 4,096 slots: past them a stuck replay was "graph launch
+/// of 0 kernel nodes". 2,000 execs of 12 nodes (26,000 slots), all alive.
+#[test]
+fn a_server_s_thousands_of_captured_graphs_are_all_named() {
+    require_root!();
+    last_of_many_execs_is_named(&[("SIMWORKER_GRAPH_EXECS", "2000")]);
 }
 
 /// A server that captures its graphs again and again (a model reloaded, its batch sizes
 /// captured anew) destroys the execs it replaced. Their slots in the graph table were never
 /// given back: 6,000 execs of 12 nodes made one after another, each destroyed once the next
 /// exists (78,000 slots over time, 13 live), filled the 65,536 slots, and the last exec's
-/// stuck replay lost its nodes (`graphs_full`). Now a destroyed exec's slots go back: named
-/// with its 12 nodes, by default and with graph marks, nothing dropped.
+/// stuck replay lost its nodes (`graphs_full`). Now a destroyed exec's slots go back.
 #[test]
 fn a_server_that_captures_its_graphs_again_and_again_is_still_named() {
     require_root!();
-    for every in ["", "4"] {
-        let r = stuck_report_logged(
-            &[
-                ("SIMWORKER_GRAPH_WEDGE_AT", "5"),
-                ("WEDGEPROBE_GRAPH_MARK_EVERY", every),
-                ("SIMWORKER_GRAPH_EXECS", "6000"),
-                ("SIMWORKER_GRAPH_DESTROY", "1"),
-            ],
-            None,
-        );
-        let head = &r["kernels"][0];
-        let g = &head["graph"];
-        assert_eq!(g["kernel_nodes"], 12, "marks every {every:?}: {head}");
-        let named = if every.is_empty() {
-            names(&g["not_completed"])
-        } else {
-            names(&g["marks"]["branches"][0]["candidates"])
-        };
-        assert!(
-            named.contains(&"graph_k5_wedge".to_string()),
-            "marks every {every:?}: {head}"
-        );
-        for (k, v) in r["targets"][0]["journal"]["drops"].as_object().unwrap() {
-            assert_eq!(v, 0, "marks every {every:?}: the shim dropped {k}");
-        }
-    }
+    last_of_many_execs_is_named(&[
+        ("SIMWORKER_GRAPH_EXECS", "6000"),
+        ("SIMWORKER_GRAPH_DESTROY", "1"),
+    ]);
 }
 
 /// The kernels a `simworker graph` run of 40 replays ran, in order (count and hash).
