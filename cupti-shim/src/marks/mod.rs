@@ -548,6 +548,9 @@ impl Marks {
             || self.captures.load(Acquire) != 0
             || writer.state() != probe_common::journal::STATE_RECORDING
         {
+            // No poll now: no fast ticks for one (a released or stopped shim ticks every
+            // 100 ms; a capture's end is seen within that).
+            self.events_outstanding.store(false, Relaxed);
             return;
         }
         let Some(query) = driver::driver().event_query else {
