@@ -91,7 +91,7 @@ pub const DEFAULT_PERIOD_US: u32 = 0;
 /// opt-in from 2026-12-01 until the rings were made off the flush thread (`make_events`):
 /// an event's progress is learned only from the flush thread's queries, and making a ring
 /// behind a full queue held that thread, so a wedge right after a stream's first launches
-/// was narrowed, not named. Streams without a ring yet (the first ~10 ms), those past
+/// was narrowed, not named. Streams without a ring yet (until the next flush tick, ≤ 100 ms), those past
 /// `MAX_RINGS`, and any whose ring is full or failed mark with stream writes: both are read
 /// as lower bounds of the stream's progress.
 pub const DEFAULT_WITH_EVENTS: bool = true;
