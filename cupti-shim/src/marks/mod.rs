@@ -543,11 +543,7 @@ impl Marks {
     /// ready, so its marks are stream writes, published from memory. Not while a capture is
     /// in progress, nor once the journal stopped recording.
     pub fn poll_events(&'static self, writer: &'static Writer) {
-        if !self.with_events
-            || self.status.load(Acquire) != READY
-            || self.captures.load(Acquire) != 0
-            || writer.state() != probe_common::journal::STATE_RECORDING
-        {
+        if !self.events_wanted_now(writer) {
             // No poll now: no fast ticks for one (a released or stopped shim ticks every
             // 100 ms; a capture's end is seen within that).
             self.events_outstanding.store(false, Relaxed);
@@ -605,6 +601,15 @@ impl Marks {
         }
     }
 
+    /// Whether event marks are polled and made now: on, the pinned words ready, no capture in
+    /// progress (nothing of ours runs beside one), the journal recording.
+    fn events_wanted_now(&self, writer: &Writer) -> bool {
+        self.with_events
+            && self.status.load(Acquire) == READY
+            && self.captures.load(Acquire) == 0
+            && writer.state() == probe_common::journal::STATE_RECORDING
+    }
+
     /// Wakes the event maker (`make_events`), starting it the first time.
     fn wake_maker(&'static self, writer: &'static Writer) {
         if let Some(t) = self.maker.get() {
@@ -642,11 +647,7 @@ impl Marks {
     /// of destroyed streams. Any of these calls may wait behind a launch blocked in a full
     /// queue; only this thread waits then — the flush thread keeps polling and publishing.
     pub fn make_events(&self, writer: &Writer) {
-        if !self.with_events
-            || self.status.load(Acquire) != READY
-            || self.captures.load(Acquire) != 0
-            || writer.state() != probe_common::journal::STATE_RECORDING
-        {
+        if !self.events_wanted_now(writer) {
             return;
         }
         let d = driver::driver();
