@@ -217,6 +217,11 @@ pub struct Header {
     pub per_kernel_until_ns: u64,
 }
 
+/// `ThreadSlot::since_ns` while its owner is entering a call: stored before a launch takes its
+/// correlation id, so a synchronize that took a later id on another thread sees the launch
+/// (see `RECORD_SYNCED`). Readers take it as "not in a call yet": it lasts nanoseconds.
+pub const THREAD_ENTERING: u64 = 1;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadSlot {
@@ -224,7 +229,8 @@ pub struct ThreadSlot {
     pub tid: u32,
     /// `probe_common::api` id of the call it is in.
     pub api: u32,
-    /// CLOCK_MONOTONIC ns the call began (atomic; 0 = not in a call; written last).
+    /// CLOCK_MONOTONIC ns the call began (atomic; 0 = not in a call; written last;
+    /// [`THREAD_ENTERING`] while the slot is being written for a call begun).
     pub since_ns: u64,
     pub correlation: u64,
     /// CLOCK_MONOTONIC ns since which the thread has been on a core ≥ 80% of the time, as the
@@ -274,10 +280,15 @@ pub const FLAG_MARKED: u32 = 1;
 /// `RingRecord::kind`.
 pub const RECORD_LAUNCH: u32 = 1;
 pub const RECORD_KERNEL_DONE: u32 = 2;
-/// A synchronize returned successfully: every kernel launched before it (a smaller
-/// correlation id) on `stream` — on every stream when `stream` is [`ALL_STREAMS`] — has
-/// completed. Retires launches whose completion record CUPTI never delivered (a forced flush
-/// hands back a still-running kernel's record unfinished, and never again).
+/// A synchronize returned successfully: every kernel launched with a correlation id up to
+/// `correlation` on `stream` — on every stream when `stream` is [`ALL_STREAMS`] — has
+/// completed. `correlation` is the synchronize's own id, or lower: a launch that took its
+/// id before the synchronize but was still inside the driver as it began (a kernel's first
+/// launch loads its module for milliseconds under lazy loading) may not have been queued
+/// yet, so the synchronize proves nothing about it — `correlation` stops just below the
+/// oldest such launch (0: proves nothing). Retires launches whose completion record CUPTI
+/// never delivered (a forced flush hands back a still-running kernel's record unfinished,
+/// and never again), and, with marks, launches no passed mark covers yet.
 pub const RECORD_SYNCED: u32 = 3;
 /// A kernel node of a graph launch completed: `correlation` is the graph launch's,
 /// `graph_node` CUPTI's node id, `name_id` the node's kernel.

@@ -44,6 +44,7 @@ struct sim_kernel {
     uint64_t duration_ns;
     int wedges;
     uint64_t runs; /* the GPU thread's count of its runs */
+    _Atomic int loaded; /* launched before (SIMCUDA_FIRST_LAUNCH_LOADS_MS) */
 };
 struct sim_node;
 
@@ -247,6 +248,12 @@ static CUresult enqueue(unsigned api, struct sim_kernel *k, CUstream s, const un
     struct simcuda_launch l = {k->name, (unsigned long long)(uintptr_t)s, sid, (unsigned)sim_device(),
                                {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}};
     uint64_t corr = api_enter(api, &l);
+    /* SIMCUDA_FIRST_LAUNCH_LOADS_MS=N: a kernel's first launch loads its module for N ms
+     * before its work is queued, as CUDA's lazy loading (the default since 12.2) does: a
+     * synchronize from another thread meanwhile returns without waiting for it. */
+    static int64_t loads_ms = -1;
+    if (loads_ms < 0) loads_ms = (int64_t)env_u64("SIMCUDA_FIRST_LAUNCH_LOADS_MS", 0);
+    if (loads_ms > 0 && !atomic_exchange(&k->loaded, 1)) sleep_ns((uint64_t)loads_ms * 1000000ull);
     push(s, (struct item){k, 0, corr, sid, NULL, 0});
     api_exit(api, corr);
     return CUDA_SUCCESS;

@@ -855,6 +855,44 @@ fn event_marks_name_a_wedge_whose_ring_is_made_behind_the_full_queue() {
     assert!(head["queued_behind"].as_u64() >= Some(900), "{head}");
 }
 
+/// CI, 2026-12-07: the wedge was named as the kernel after it, "exact". The stuck kernel was
+/// the process's first launch; it took its correlation id, and while it was still inside the
+/// driver (a cold first launch) the syncer thread's `cuStreamSynchronize` took a later id,
+/// found nothing queued and returned — and its record "done through my id" retired the
+/// wedge. A kernel's first launch under CUDA's lazy loading spends milliseconds loading its
+/// module before its work is queued (`SIMCUDA_FIRST_LAUNCH_LOADS_MS`); a synchronize that
+/// returns meanwhile must prove nothing about it, with either kind of marks.
+#[test]
+fn a_synchronize_while_a_kernel_loads_on_its_first_launch_does_not_retire_it() {
+    require_root!();
+    let shim = shim_path();
+    for with in ["event", "write"] {
+        let w = Worker::spawn(
+            &["wedge", "10", "0"],
+            &[
+                ("CUDA_INJECTION64_PATH", shim.as_str()),
+                ("SIMCUDA_RELEASE_AFTER_S", "8"),
+                ("SIMCUDA_FIRST_LAUNCH_LOADS_MS", "200"),
+                ("WEDGEPROBE_SHIM_MARK_WITH", with),
+            ],
+        );
+        sleep(secs(2.0));
+        let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
+        drop(w);
+        assert_eq!(
+            r["verdict"]["kind"], "kernel_wedge",
+            "{with}: {}",
+            r["verdict"]
+        );
+        let head = &r["kernels"][0];
+        assert_eq!(
+            head["kernel"], "_Z17attn_wedge_kernelP7barrierPf",
+            "{with}: {head}"
+        );
+        assert_eq!(head["exact"], true, "{with}: {head}");
+    }
+}
+
 /// Marks as event records (opt-in: WEDGEPROBE_SHIM_MARK_WITH=event; the flush thread polls
 /// them), stream writes where events cannot be had: either way the stuck kernel is named
 /// exactly, with its grid and the

@@ -623,17 +623,30 @@ unsafe extern "C" fn on_api(
             if ok {
                 // SAFETY: the params struct matches the cbid.
                 if let Some(stream) = unsafe { synced_stream(cbid, d.functionParams) }
-                    && let Some(correlation) = rec.mapped(d.correlationId as u64)
+                    && rec.mapped(d.correlationId as u64).is_some()
                 {
-                    rec.synced(correlation, stream);
+                    rec.synced(record::thread::with(|t| t.sync_floor.get()), stream);
                 }
             }
             return;
         }
         let now = monotonic_ns();
-        // With the launch hooks in place, the journal's ids are ours (translated).
+        let class = probe_common::api::class(api);
+        if class == Some(probe_common::api::ApiClass::Launch) {
+            record::thread::with(|t| rec.entering_in(t));
+        }
+        // With the launch hooks in place, the journal's ids are ours (translated). (Without
+        // them the ids are CUPTI's, taken before this callback: `sync_floor` then sees the
+        // launches already inside the driver, not one between its id and this callback.)
         let correlation = rec.own_correlation(d.correlationId as u64);
         rec.api_enter(api, correlation, now);
+        if class == Some(probe_common::api::ApiClass::Sync)
+            // SAFETY: the params struct matches the cbid (read in the call).
+            && let Some(stream) = unsafe { synced_stream(cbid, d.functionParams) }
+        {
+            let floor = rec.sync_floor(correlation, stream);
+            record::thread::with(|t| t.sync_floor.set(floor));
+        }
         // SAFETY: the params struct matches the cbid (generated_cuda_meta.h); read in the call.
         let launch = unsafe { launch_params(cbid, d.functionParams) };
         let Some(LaunchShape {

@@ -139,6 +139,9 @@ extern "C" fn api_enter(api: u32, correlation: u64, launch: *const SimLaunch) {
         if hooked {
             return;
         }
+        if !launch.is_null() {
+            crate::record::thread::with(|t| rec.entering_in(t));
+        }
         let correlation = rec.own_correlation(correlation);
         let now = monotonic_ns();
         rec.api_enter(api, correlation, now);

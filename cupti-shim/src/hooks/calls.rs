@@ -138,7 +138,11 @@ pub fn covers(api: u32) -> bool {
 /// What `before` learned, for `after`.
 #[derive(Default)]
 struct Token {
-    correlation: u64,
+    /// A synchronize's: the id through which its return proves launches done
+    /// (`Recorder::sync_floor`).
+    sync_floor: u64,
+    /// A synchronize's stream (`marks::stream_handle`; `ALL_STREAMS`: a context's).
+    sync_stream: u64,
     /// The entry was recorded.
     entered: bool,
     /// Graph marks added to the user's graph for this instantiation or exec update.
@@ -182,15 +186,28 @@ fn before(i: usize, a: [usize; 6]) -> Token {
     let Some(rec) = record::get() else {
         return token;
     };
-    token.correlation = rec.next_correlation();
-    rec.api_enter(api, token.correlation, crate::clock::monotonic_ns());
+    let correlation = rec.next_correlation();
+    rec.api_enter(api, correlation, crate::clock::monotonic_ns());
     token.entered = true;
+    match kind {
+        Kind::StreamSync => {
+            let per_thread = CALLS[i].0.to_bytes().ends_with(b"_ptsz");
+            token.sync_stream = marks::stream_handle(a[0] as u64, per_thread);
+            token.sync_floor = rec.sync_floor(correlation, token.sync_stream);
+        }
+        Kind::CtxSync => {
+            token.sync_stream = ALL_STREAMS;
+            token.sync_floor = rec.sync_floor(correlation, ALL_STREAMS);
+        }
+        _ => {}
+    }
     token
 }
 
 fn after(i: usize, token: Token, a: [usize; 6], result: u32) {
     let Token {
-        correlation,
+        sync_floor,
+        sync_stream,
         entered,
         graph: mut pending,
     } = token;
@@ -203,11 +220,7 @@ fn after(i: usize, token: Token, a: [usize; 6], result: u32) {
         rec.api_exit(ok);
         if ok {
             match kind {
-                Kind::StreamSync => {
-                    let per_thread = CALLS[i].0.to_bytes().ends_with(b"_ptsz");
-                    rec.synced(correlation, marks::stream_handle(a[0] as u64, per_thread))
-                }
-                Kind::CtxSync => rec.synced(correlation, ALL_STREAMS),
+                Kind::StreamSync | Kind::CtxSync => rec.synced(sync_floor, sync_stream),
                 _ => {}
             }
         }

@@ -25,7 +25,6 @@ use std::{
 
 use super::hot::{HOT, captures_unknown, current_context, hot_marks, hot_recorder, recording};
 use crate::{
-    clock::monotonic_ns,
     journal::Launch,
     record::{
         Recorder,
@@ -189,10 +188,10 @@ fn before(
         Entry::LaunchPtsz | Entry::LaunchExPtsz | Entry::CooperativePtsz | Entry::GraphPtsz
     ));
     let mut phases = crate::self_cost::Phases::start_if(HOT.self_cost.load(Ordering::Relaxed));
-    let correlation = rec.next_correlation();
-    let now = monotonic_ns();
     let api = u32::from(HOT.api[i].load(Ordering::Relaxed));
-    rec.api_enter_in(t, api, correlation, now);
+    // Entering first, then the id: a synchronize that takes a later id sees this launch
+    // until it is queued (`Writer::sync_floor`).
+    let (correlation, now) = rec.launch_enter_in(t, api);
     phases.next(crate::self_cost::Phase::Enter);
     let ctx = current_context();
     if let Some(context) = resolve.context {

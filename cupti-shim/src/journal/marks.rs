@@ -57,7 +57,7 @@ impl Writer {
                 Ok(_) => {
                     self.half(off + DEVICE).store(device, Relaxed);
                     self.word(off + STREAM).store(stream, Release);
-                    self.marks_claimed[i as usize / 64].fetch_or(1 << (i % 64), Release);
+                    self.marks_claimed.set(i);
                     return Some(i);
                 }
                 Err(k) if k == key => return Some(i),
@@ -123,12 +123,7 @@ impl Writer {
 
     /// The claimed mark slots, in index order.
     pub fn claimed_marks(&self) -> impl Iterator<Item = u32> + '_ {
-        self.marks_claimed.iter().enumerate().flat_map(|(w, bits)| {
-            let bits = bits.load(Acquire);
-            (0..64u32)
-                .filter(move |b| bits & (1 << b) != 0)
-                .map(move |b| w as u32 * 64 + b)
-        })
+        self.marks_claimed.iter()
     }
 
     /// Copies every claimed stream's progress into its journal slot, noting when a value was

@@ -15,9 +15,11 @@ use core::{
 use probe_common::journal::{
     ALL_STREAMS, CONTROL_RELEASE, FLAG_MARKED, Header, InflightSlot, Layout, NAME_BYTES, NameSlot,
     RECORD_CAPTURED, RECORD_KERNEL_DONE, RECORD_LAUNCH, RECORD_NODE_DONE, RECORD_SYNCED,
-    RingRecord, ThreadSlot, drops, name_hash,
+    RingRecord, THREAD_ENTERING, ThreadSlot, drops, name_hash,
 };
 
+mod claimed;
+use claimed::Claimed;
 pub mod cpu;
 pub mod file;
 mod graphs;
@@ -46,6 +48,11 @@ const MAX_PROBE: u32 = 128;
 const SEQ_PROBE: u32 = 8;
 /// A prime larger than any held run the probe limit could cross.
 const HASHED_STEP: u64 = 5003;
+
+/// How long a synchronize waits for a thread seen entering a call to store its id (spin-loop
+/// hints, ~4 µs): the window is a clock read and a few stores, unless the thread was
+/// preempted in it — then the synchronize proves nothing (`Writer::sync_floor`).
+const ENTERING_SPINS: u32 = 100;
 
 /// `x % cap` for the writer's capacities, which are powers of two (`Writer::create`): a mask,
 /// not a 64-bit division (tens of cycles; a launch made five). With any other capacity the
@@ -118,9 +125,12 @@ pub struct Writer {
     /// Launches whose completion record CUPTI handed back unfinished (a forced flush): it will
     /// never come again, so their slots are freed by the next synchronize that covers them.
     orphans: AtomicU64,
-    /// Which mark slots are claimed (one bit each): the flush thread's walks over the streams
-    /// (publishing, polling events) visit those, not all `marks_cap`.
-    marks_claimed: Box<[AtomicU64]>,
+    /// Which mark slots are claimed: the flush thread's walks over the streams (publishing,
+    /// polling events) visit those, not all `marks_cap`.
+    marks_claimed: Claimed,
+    /// Which thread slots are claimed: a synchronize's walk over the threads inside a launch
+    /// (`sync_floor`) visits those, not all `threads_cap`.
+    threads_claimed: Claimed,
 }
 const _: () = assert!(offset_of!(Writer, marks_done) + 8 <= 64);
 
@@ -164,9 +174,8 @@ impl Writer {
             orphans: AtomicU64::new(0),
             marks_done: core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()),
             done_seen: (0..layout.marks_cap).map(|_| AtomicU64::new(0)).collect(),
-            marks_claimed: (0..layout.marks_cap.div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            marks_claimed: Claimed::new(layout.marks_cap),
+            threads_claimed: Claimed::new(layout.threads_cap),
             prefetchw: has_prefetchw(),
             mode: AtomicU32::new(header.record_mode),
         };
@@ -262,6 +271,15 @@ impl Writer {
         }
     }
 
+    fn drop_count(&self, which: usize) -> u64 {
+        if which < drops::LEN {
+            self.word((offset_of!(Header, drops) + which * 8) as u64)
+                .load(Relaxed)
+        } else {
+            0
+        }
+    }
+
     pub fn heartbeat(&self, now_ns: u64) {
         self.word(offset_of!(Header, heartbeat_ns) as u64)
             .store(now_ns, Relaxed);
@@ -333,8 +351,15 @@ impl Writer {
             let i = wrap(u64::from(home + k), cap);
             let owner = self.half(self.thread_off(i) + offset_of!(ThreadSlot, tid) as u64);
             match owner.compare_exchange(0, tid, AcqRel, Acquire) {
-                Ok(_) => return Some(i),
-                Err(t) if t == tid => return Some(i),
+                Ok(_) => {
+                    self.threads_claimed.set(i);
+                    return Some(i);
+                }
+                Err(t) if t == tid => {
+                    // A slot a thread of this id claimed before (a reused id): ours now.
+                    self.threads_claimed.set(i);
+                    return Some(i);
+                }
                 Err(_) => {}
             }
         }
@@ -347,16 +372,73 @@ impl Writer {
         self.thread_off(wrap(u64::from(slot), self.layout.threads_cap))
     }
 
+    /// Thread of `slot` is about to take a launch's correlation id: says so first, so a
+    /// synchronize that takes a later id sees this thread entering (`sync_floor`; the id's
+    /// counter is the Release/Acquire edge between them).
+    #[inline(always)]
+    pub fn entering(&self, slot: u32) {
+        let off = self.thread_off(wrap(u64::from(slot), self.layout.threads_cap));
+        self.word(off + offset_of!(ThreadSlot, since_ns) as u64)
+            .store(THREAD_ENTERING, Relaxed);
+    }
+
     /// Thread of `slot` enters `api` (a `probe_common::api` id) now.
     pub fn enter(&self, slot: u32, api: u32, correlation: u64, now_ns: u64) {
         let off = self.thread_off(wrap(u64::from(slot), self.layout.threads_cap));
         let since = self.word(off + offset_of!(ThreadSlot, since_ns) as u64);
-        since.store(0, Relaxed);
+        since.store(THREAD_ENTERING, Relaxed);
         self.half(off + offset_of!(ThreadSlot, api) as u64)
             .store(api, Relaxed);
         self.word(off + offset_of!(ThreadSlot, correlation) as u64)
             .store(correlation, Relaxed);
-        since.store(now_ns.max(1), Release);
+        since.store(now_ns.max(THREAD_ENTERING + 1), Release);
+    }
+
+    /// A synchronize of `stream` (`ALL_STREAMS`: a context's) took correlation id `own`
+    /// (after every launch id below it was taken: `Recorder::next_correlation`): the highest
+    /// id through which it can prove launches done. A launch that took a lower id and is
+    /// still inside the driver may not be queued yet — the synchronize does not wait for it —
+    /// so the bound stops below the oldest such launch on that stream (one on another stream,
+    /// known by its in-flight record, does not count: a launcher blocked behind a stuck
+    /// kernel must not stop other streams' synchronizes from proving anything). A thread seen
+    /// entering a call (its id not yet stored) is waited for briefly, then taken to prove
+    /// nothing (0), as is a process with threads the table had no room for (they publish
+    /// nothing). The walk reads the claimed thread slots only.
+    pub fn sync_floor(&self, own: u64, stream: u64) -> u64 {
+        if self.drop_count(drops::THREADS_FULL) != 0 {
+            return 0;
+        }
+        let mut floor = own;
+        for i in self.threads_claimed.iter() {
+            let off = self.thread_off(i);
+            let since = self.word(off + offset_of!(ThreadSlot, since_ns) as u64);
+            let mut s = since.load(Acquire);
+            let mut spins = 0;
+            while s == THREAD_ENTERING && spins < ENTERING_SPINS {
+                core::hint::spin_loop();
+                spins += 1;
+                s = since.load(Acquire);
+            }
+            if s == THREAD_ENTERING {
+                return 0;
+            }
+            if s == 0 {
+                continue;
+            }
+            let api = self
+                .half(off + offset_of!(ThreadSlot, api) as u64)
+                .load(Relaxed);
+            let c = self
+                .word(off + offset_of!(ThreadSlot, correlation) as u64)
+                .load(Relaxed);
+            let launch = probe_common::api::class(api) == Some(probe_common::api::ApiClass::Launch);
+            let elsewhere =
+                stream != ALL_STREAMS && self.inflight_stream(c).is_some_and(|s| s != stream);
+            if launch && c < own && !elsewhere {
+                floor = floor.min(c.saturating_sub(1));
+            }
+        }
+        floor
     }
 
     pub fn exit(&self, slot: u32) {
@@ -535,6 +617,21 @@ impl Writer {
             })
     }
 
+    /// The stream of launch `correlation`'s in-flight record, if it has a whole one now.
+    fn inflight_stream(&self, correlation: u64) -> Option<u64> {
+        let off = self.find_inflight(correlation)?;
+        let seq = self.half(off + offset_of!(InflightSlot, seq) as u64);
+        let before = seq.load(Acquire);
+        let stream = self
+            .word(off + offset_of!(InflightSlot, stream) as u64)
+            .load(Acquire);
+        let same = self
+            .word(off + offset_of!(InflightSlot, correlation) as u64)
+            .load(Acquire)
+            == correlation;
+        (before.is_multiple_of(2) && same && seq.load(Acquire) == before).then_some(stream)
+    }
+
     /// A mark was enqueued right after launch `correlation` (`FLAG_MARKED`).
     pub fn set_marked(&self, correlation: u64) {
         if let Some(off) = self.find_inflight(correlation) {
@@ -673,7 +770,7 @@ impl Writer {
         self.orphans.fetch_add(1, Relaxed);
     }
 
-    /// Frees the slots of launches before `correlation` on `stream` (or every stream): a
+    /// Frees the slots of launches through `correlation` on `stream` (or every stream): a
     /// returned synchronize proves them done. Runs only while orphans exist.
     fn free_synced(&self, correlation: u64, stream: u64) {
         let mut freed = 0;
@@ -684,7 +781,7 @@ impl Writer {
             let slot_stream = self
                 .word(off + offset_of!(InflightSlot, stream) as u64)
                 .load(Relaxed);
-            if c == 0 || c >= correlation || (stream != ALL_STREAMS && slot_stream != stream) {
+            if c == 0 || c > correlation || (stream != ALL_STREAMS && slot_stream != stream) {
                 continue;
             }
             if let Some(s) = self.lock_inflight(off) {
@@ -709,7 +806,7 @@ impl Writer {
             let since = self
                 .word(self.thread_off(i) + offset_of!(ThreadSlot, since_ns) as u64)
                 .load(Relaxed);
-            if since != 0 && (oldest == 0 || since < oldest) {
+            if since > THREAD_ENTERING && (oldest == 0 || since < oldest) {
                 oldest = since;
             }
         }
@@ -859,6 +956,58 @@ mod tests {
         let off = w.ring_record_off(index) as usize;
         // SAFETY: a whole record inside the journal, read while nothing writes it.
         unsafe { w.base.as_ptr().add(off).cast::<RingRecord>().read() }
+    }
+
+    /// A synchronize proves done only the launches that took their ids before it and are
+    /// out of the driver; a launch still inside (or a thread entering one) holds the bound
+    /// below it.
+    #[test]
+    fn a_synchronize_proves_nothing_about_a_launch_still_inside_the_driver() {
+        let mut mem = Vec::new();
+        let w = writer(&mut mem);
+        let id = |s: &str| probe_common::api::id_of(s).unwrap();
+        let (launcher, syncer, other) = (
+            w.thread_slot(101).unwrap(),
+            w.thread_slot(102).unwrap(),
+            w.thread_slot(103).unwrap(),
+        );
+        w.enter(syncer, id("cuStreamSynchronize"), 9, 50);
+        assert_eq!(w.sync_floor(9, ALL_STREAMS), 9, "nothing else in a call");
+        // A thread in a copy (not a launch) says nothing about launches.
+        w.enter(other, id("cuMemcpyDtoH_v2"), 3, 40);
+        assert_eq!(w.sync_floor(9, ALL_STREAMS), 9);
+        // The launch of id 5 is inside the driver: 5 is not proved, 4 is.
+        w.enter(launcher, id("cuLaunchKernel"), 5, 45);
+        assert_eq!(w.sync_floor(9, ALL_STREAMS), 4);
+        // A launch that took its id after the synchronize's is not its business.
+        assert_eq!(w.sync_floor(4, ALL_STREAMS), 4);
+        w.exit(launcher);
+        assert_eq!(w.sync_floor(9, ALL_STREAMS), 9, "queued: proved");
+        // Entering (its id not stored yet): it may be below 9, so nothing is proved.
+        w.entering(launcher);
+        assert_eq!(w.sync_floor(9, ALL_STREAMS), 0);
+        w.enter(launcher, id("cuLaunchKernel"), 11, 60);
+        assert_eq!(w.sync_floor(9, ALL_STREAMS), 9);
+        w.exit(launcher);
+        // A launch whose in-flight record says it is on another stream holds back only a
+        // synchronize of its own stream, or of every stream.
+        w.enter(launcher, id("cuLaunchKernel"), 7, 70);
+        assert!(w.launch(
+            &Launch {
+                stream: 0x100,
+                ..launch(7, 0)
+            },
+            None
+        ));
+        assert_eq!(w.sync_floor(9, 0x200), 9);
+        assert_eq!(w.sync_floor(9, 0x100), 6);
+        assert_eq!(w.sync_floor(9, ALL_STREAMS), 6);
+        // Before its record is written its stream is unknown: it holds back every one.
+        w.enter(launcher, id("cuLaunchKernel"), 8, 80);
+        assert_eq!(w.sync_floor(9, 0x200), 7);
+        // A thread the table had no room for publishes nothing: nothing is proved.
+        w.count_drop(drops::THREADS_FULL);
+        assert_eq!(w.sync_floor(9, 0x200), 0);
     }
 
     #[test]

@@ -105,23 +105,29 @@ impl Recorder {
         &self.writer
     }
 
+    #[inline(always)]
     fn slot(&self, t: &ThreadState) -> Option<u32> {
         match t.slot.get() {
-            SLOT_UNCLAIMED => {
-                let slot = self.writer.thread_slot(t.tid()).unwrap_or(SLOT_NONE);
-                t.slot.set(slot);
-                let claimed = (slot != SLOT_NONE).then_some(slot);
-                if let Some(s) = claimed {
-                    // The slot never moves: its line is prefetched by every launch from now.
-                    let mut lines = t.next_lines.get();
-                    lines.thread = self.writer.thread_slot_off(s);
-                    t.next_lines.set(lines);
-                }
-                claimed
-            }
+            SLOT_UNCLAIMED => self.claim_slot(t),
             SLOT_NONE => None,
             v => Some(v),
         }
+    }
+
+    /// The calling thread's first call: its journal slot claimed.
+    #[cold]
+    #[inline(never)]
+    fn claim_slot(&self, t: &ThreadState) -> Option<u32> {
+        let slot = self.writer.thread_slot(t.tid()).unwrap_or(SLOT_NONE);
+        t.slot.set(slot);
+        let claimed = (slot != SLOT_NONE).then_some(slot);
+        if let Some(s) = claimed {
+            // The slot never moves: its line is prefetched by every launch from now.
+            let mut lines = t.next_lines.get();
+            lines.thread = self.writer.thread_slot_off(s);
+            t.next_lines.set(lines);
+        }
+        claimed
     }
 
     /// The launch hooks are in place from now: journal ids are the recorder's own.
@@ -129,9 +135,29 @@ impl Recorder {
         self.own_ids.store(true, Ordering::Release);
     }
 
-    /// The next correlation id of the recorder's own (launch hooks in place).
+    /// The next correlation id of the recorder's own (launch hooks in place). AcqRel (on x86
+    /// the same locked add as Relaxed): the counter is what orders a launch's `entering`
+    /// before a synchronize that takes a later id (`sync_floor`).
     pub fn next_correlation(&self) -> u64 {
-        self.next_correlation.fetch_add(1, Ordering::Relaxed)
+        self.next_correlation.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// The calling thread is about to take a launch's id (`Writer::entering`).
+    #[inline(always)]
+    pub fn entering_in(&self, t: &ThreadState) {
+        if let Some(slot) = self.slot(t) {
+            self.writer.entering(slot);
+        }
+    }
+
+    /// A synchronize of `stream` (`ALL_STREAMS`: a context's) entered as `correlation` (its
+    /// thread's call already entered): the id
+    /// through which its return proves launches done (`Writer::sync_floor`). On the
+    /// simulated driver, a kernel's first launch that loads its module while another
+    /// thread synchronizes was otherwise retired unqueued, and the wedge named as the
+    /// kernel after it (CI, 2026-12-07).
+    pub fn sync_floor(&self, correlation: u64, stream: u64) -> u64 {
+        self.writer.sync_floor(correlation, stream)
     }
 
     /// The journal's id for an API call CUPTI (or the simulated driver) reports at its entry
@@ -162,6 +188,22 @@ impl Recorder {
     /// The calling thread enters a driver/runtime API call (`probe_common::api` id).
     pub fn api_enter(&self, api: u32, correlation: u64, now_ns: u64) {
         thread::with(|t| self.api_enter_in(t, api, correlation, now_ns));
+    }
+
+    /// A hooked launch's entry: the thread says it is entering, takes the launch's id, then
+    /// enters the call — one slot lookup for both (`Writer::entering`). Returns (id, now).
+    #[inline(always)]
+    pub fn launch_enter_in(&self, t: &ThreadState, api: u32) -> (u64, u64) {
+        let slot = self.slot(t);
+        if let Some(s) = slot {
+            self.writer.entering(s);
+        }
+        let correlation = self.next_correlation();
+        let now = crate::clock::monotonic_ns();
+        if let Some(s) = slot {
+            self.writer.enter(s, api, correlation, now);
+        }
+        (correlation, now)
     }
 
     /// `api_enter` with the calling thread's state in hand.

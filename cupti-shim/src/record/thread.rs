@@ -43,6 +43,9 @@ pub struct ThreadState {
     /// The journal lines this thread's next launch will likely write, prefetched at the
     /// hook's entry (`Writer::prefetch_lines`).
     pub next_lines: Cell<Lines>,
+    /// The synchronize this thread is inside: the id through which its return proves
+    /// launches done (`Recorder::sync_floor`), for its exit callback.
+    pub sync_floor: Cell<u64>,
     /// Launched functions' name ids by handle (tag: the hooks' epoch).
     pub names: HandleCache<256>,
     /// Streams by (handle, per-thread flag) (tag: the hooks' epoch): the stream id + 1 in the
@@ -66,6 +69,7 @@ thread_local! {
             pending: Cell::new(None),
             device: Cell::new((0, 0)),
             pre_attach_taken: Cell::new(false),
+            sync_floor: Cell::new(0),
             next_lines: Cell::new(Lines {
                 ring: 0,
                 slot: 0,

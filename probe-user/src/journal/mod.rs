@@ -470,7 +470,8 @@ impl JournalView {
                 continue;
             }
             let a: ThreadSlot = self.read(off);
-            if a.tid == 0 || a.since_ns == 0 {
+            // Entering: the call's fields are being written (nanoseconds).
+            if a.tid == 0 || a.since_ns <= probe_common::journal::THREAD_ENTERING {
                 continue;
             }
             let b: ThreadSlot = self.read(off);
