@@ -302,6 +302,14 @@ def burst_wedge(run):
     mbarrier(run, "burst", "cuLaunchKernel", 900)
 
 
+@scenario("first-launch-sync-wedge")
+def first_launch_sync_wedge(run):
+    """The stuck kernel's first launch loads its module while another thread synchronizes
+    the stream over and over: the stuck kernel is named, not the one after it (on the
+    simulated driver, CI 2026-12-07, a synchronize that returned meanwhile retired it)."""
+    mbarrier(run, "first-sync", "cuLaunchKernel", 900)
+
+
 @scenario("event-calls-blocked", sets=("marks",))
 def event_calls_blocked(run):
     """Which driver calls of the shim's flush thread wait behind a launcher blocked in a full

@@ -12,6 +12,11 @@
 //                                               default) the launch blocks loading it
 //   mbarrier_wedge burst  RELEASE_S [DELAY_S]   as launch, but the wedged kernel comes right
 //                                               after 3 other launches (no gap between them)
+//   mbarrier_wedge first-sync RELEASE_S [DELAY_S]   as launch, while a second thread ("syncer")
+//                                               synchronizes the stream every 200 us from just
+//                                               before the wedged kernel's first launch, which
+//                                               loads its module (lazy loading) before its work
+//                                               is queued (the race CI showed on 2026-12-07)
 // DELAY_S (default 0) waits after CUDA initialisation, before the wedge, so a probe can
 // attach first.
 #include <cuda_runtime.h>
@@ -57,6 +62,19 @@ __global__ void late_loaded_kernel(float *x) {
 
 static volatile int *flag;
 static double release_s;
+static volatile int launching_done;
+static cudaStream_t synced_stream;
+
+// first-sync: synchronizes the stream over and over until the launcher is done (blocks behind
+// the wedge once it is queued).
+static void *sync_loop(void *) {
+    pthread_setname_np(pthread_self(), "syncer");
+    while (!launching_done) {
+        cudaStreamSynchronize(synced_stream);
+        usleep(200);
+    }
+    return NULL;
+}
 
 static void *releaser(void *) {
     usleep((useconds_t)(release_s * 1e6));
@@ -74,14 +92,15 @@ static double now_s() {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s launch|sync|lazy|burst RELEASE_S [DELAY_S]\n", argv[0]);
+        fprintf(stderr, "usage: %s launch|sync|lazy|burst|first-sync RELEASE_S [DELAY_S]\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1];
     release_s = atof(argv[2]);
     double delay_s = argc > 3 ? atof(argv[3]) : 0;
     pthread_setname_np(pthread_self(), strcmp(mode, "sync") ? "launcher" : "syncer");
-    if (strcmp(mode, "launch") && strcmp(mode, "sync") && strcmp(mode, "lazy") && strcmp(mode, "burst")) {
+    if (strcmp(mode, "launch") && strcmp(mode, "sync") && strcmp(mode, "lazy") && strcmp(mode, "burst") &&
+        strcmp(mode, "first-sync")) {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
@@ -107,12 +126,19 @@ int main(int argc, char **argv) {
     pthread_create(&t, NULL, releaser, NULL);
     if (!strcmp(mode, "burst"))
         for (int i = 0; i < 3; i++) decode_step_kernel<<<4, 32, 0, s>>>(x);
+    pthread_t syncer{};
+    int first_sync = !strcmp(mode, "first-sync");
+    if (first_sync) {
+        synced_stream = s;
+        pthread_create(&syncer, NULL, sync_loop, NULL);
+        usleep(2000);  // the syncer is synchronizing (an empty stream: returns at once)
+    }
     double t0 = now_s();
     unsigned long long budget_ns = (unsigned long long)((release_s + 20) * 1e9);
     attn_mbarrier_wedge_kernel<<<dim3(132, 1, 1), dim3(128, 1, 1), 0, s>>>(dev_flag, budget_ns);
     CHECK(cudaGetLastError());
     fprintf(stderr, "mbarrier_wedge: pid %d wedged at %.3f (mode %s)\n", getpid(), t0, mode);
-    if (!strcmp(mode, "launch") || !strcmp(mode, "burst")) {
+    if (!strcmp(mode, "launch") || !strcmp(mode, "burst") || first_sync) {
         for (int i = 0; i < 3000; i++) decode_step_kernel<<<2, 64, 0, s>>>(x);
     }
     if (!strcmp(mode, "lazy")) {
@@ -121,6 +147,10 @@ int main(int argc, char **argv) {
         CHECK(cudaGetLastError());
     }
     CHECK(cudaStreamSynchronize(s));
+    if (first_sync) {
+        launching_done = 1;
+        pthread_join(syncer, NULL);
+    }
     fprintf(stderr, "mbarrier_wedge: done after %.2f s\n", now_s() - t0);
     pthread_join(t, NULL);
     return 0;
