@@ -137,7 +137,10 @@ int main(int argc, char **argv) {
     unsigned long long budget_ns = (unsigned long long)((release_s + 20) * 1e9);
     attn_mbarrier_wedge_kernel<<<dim3(132, 1, 1), dim3(128, 1, 1), 0, s>>>(dev_flag, budget_ns);
     CHECK(cudaGetLastError());
-    fprintf(stderr, "mbarrier_wedge: pid %d wedged at %.3f (mode %s)\n", getpid(), t0, mode);
+    // The kernel's first launch: under lazy loading it loads the module first (how long a
+    // synchronize from another thread can return without waiting for it).
+    fprintf(stderr, "mbarrier_wedge: pid %d wedged at %.3f (mode %s; its first launch call took %.0f us)\n",
+            getpid(), t0, mode, (now_s() - t0) * 1e6);
     if (!strcmp(mode, "launch") || !strcmp(mode, "burst") || first_sync) {
         for (int i = 0; i < 3000; i++) decode_step_kernel<<<2, 64, 0, s>>>(x);
     }

@@ -284,7 +284,7 @@ pub const RECORD_KERNEL_DONE: u32 = 2;
 /// `correlation` on `stream` — on every stream when `stream` is [`ALL_STREAMS`] — has
 /// completed. `correlation` is the synchronize's own id, or lower: a launch that took its
 /// id before the synchronize but was still inside the driver as it began (a kernel's first
-/// launch loads its module for milliseconds under lazy loading) may not have been queued
+/// launch loads its module first under lazy loading) may not have been queued
 /// yet, so the synchronize proves nothing about it — `correlation` stops just below the
 /// oldest such launch (0: proves nothing). Retires launches whose completion record CUPTI
 /// never delivered (a forced flush hands back a still-running kernel's record unfinished,

@@ -859,7 +859,7 @@ fn event_marks_name_a_wedge_whose_ring_is_made_behind_the_full_queue() {
 /// the process's first launch; it took its correlation id, and while it was still inside the
 /// driver (a cold first launch) the syncer thread's `cuStreamSynchronize` took a later id,
 /// found nothing queued and returned — and its record "done through my id" retired the
-/// wedge. A kernel's first launch under CUDA's lazy loading spends milliseconds loading its
+/// wedge. A kernel's first launch under CUDA's lazy loading loads its
 /// module before its work is queued (`SIMCUDA_FIRST_LAUNCH_LOADS_MS`); a synchronize that
 /// returns meanwhile must prove nothing about it, with either kind of marks.
 #[test]
