@@ -13,8 +13,8 @@ use std::{
 };
 
 use super::{
-    Worker, daemon::Daemon, launch_probes, report_json, require_root, secs, shim_path, wait_until,
-    wedgeprobe, wedgeprobe_bin,
+    WEDGE_KERNEL, Worker, assert_named_exactly, daemon::Daemon, launch_probes, report_json,
+    require_root, secs, shim_path, wait_until, wedgeprobe, wedgeprobe_bin,
 };
 
 const GUARD: (&str, &str) = ("SIMWORKER_GUARD", "1");
@@ -132,17 +132,7 @@ fn attach_hooks_drivers_whose_entry_points_begin_with_other_prologues() {
         untraced(w.pid()).unwrap();
         sleep(secs(5.0));
         let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "2s"]);
-        assert_eq!(
-            r["verdict"]["kind"], "kernel_wedge",
-            "{shape}: {}",
-            r["verdict"]
-        );
-        let head = &r["kernels"][0];
-        assert_eq!(
-            head["kernel"], "_Z17attn_wedge_kernelP7barrierPf",
-            "{shape}: {head}"
-        );
-        assert_eq!(head["exact"], true, "{shape}: {head}");
+        let head = assert_named_exactly(&r, WEDGE_KERNEL, shape);
         assert_eq!(
             head["grid"],
             serde_json::json!([132, 2, 1]),

@@ -263,6 +263,27 @@ pub fn thread<'a>(report: &'a serde_json::Value, name: &str) -> Option<&'a serde
         .find(|t| t["name"] == name)
 }
 
+/// The simulated driver's stuck kernel (`simworker`'s wedge).
+pub const WEDGE_KERNEL: &str = "_Z17attn_wedge_kernelP7barrierPf";
+
+/// The report's verdict is a kernel wedge whose stuck kernel is `kernel`, named exactly;
+/// returns the head (`what` says which case failed).
+pub fn assert_named_exactly<'a>(
+    r: &'a serde_json::Value,
+    kernel: &str,
+    what: &str,
+) -> &'a serde_json::Value {
+    assert_eq!(
+        r["verdict"]["kind"], "kernel_wedge",
+        "{what}: {}",
+        r["verdict"]
+    );
+    let head = &r["kernels"][0];
+    assert_eq!(head["kernel"], kernel, "{what}: {head}");
+    assert_eq!(head["exact"], true, "{what}: {head}");
+    head
+}
+
 /// Polls `f` until it returns true or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let start = Instant::now();

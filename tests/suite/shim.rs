@@ -4,8 +4,8 @@
 use std::thread::sleep;
 
 use super::{
-    BOUND_AT_BLOCKED, Worker, launch_probes, report_json, require_root, secs, shim_path, thread,
-    wedgeprobe, wedgeprobe_bin,
+    BOUND_AT_BLOCKED, WEDGE_KERNEL, Worker, assert_named_exactly, launch_probes, report_json,
+    require_root, secs, shim_path, thread, wedgeprobe, wedgeprobe_bin,
 };
 
 #[test]
@@ -879,17 +879,7 @@ fn a_synchronize_while_a_kernel_loads_on_its_first_launch_does_not_retire_it() {
         sleep(secs(2.0));
         let r = report_json(&["--pid", &w.pid_arg(), "--kernel-floor", "1s"]);
         drop(w);
-        assert_eq!(
-            r["verdict"]["kind"], "kernel_wedge",
-            "{with}: {}",
-            r["verdict"]
-        );
-        let head = &r["kernels"][0];
-        assert_eq!(
-            head["kernel"], "_Z17attn_wedge_kernelP7barrierPf",
-            "{with}: {head}"
-        );
-        assert_eq!(head["exact"], true, "{with}: {head}");
+        assert_named_exactly(&r, WEDGE_KERNEL, &format!("{with} marks"));
     }
 }
 
