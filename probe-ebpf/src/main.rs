@@ -8,7 +8,9 @@
 //!   who waits where and since when.
 //! - `wp_sched_yield`: counts sched_yield per thread and per call. A launch blocked on a full
 //!   queue yields ~72,000 times/s on the H200 (docs/measured-facts.md); a synchronize does not
-//!   yield at all, so this only corroborates the time in call.
+//!   yield at all, so this only corroborates the time in call. A yield is also a stack sample
+//!   point (as `wp_on_cpu`'s, same rate limit): a yielding thread is seldom on a core when the
+//!   timer fires on a busy host.
 //! - `wp_name_enter` / `wp_name_exit`: `cuModuleGetFunction` and friends, to name the
 //!   `CUfunction` handles that launches pass.
 //! - `wp_on_cpu`: a timer sample of watched threads that are not inside a call we saw begin
@@ -403,7 +405,7 @@ pub fn wp_sched_yield(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn try_sched_yield(_ctx: &TracePointContext) -> Option<()> {
-    let (_, tid) = watched()?;
+    let (tgid, tid) = watched()?;
     if let Some(call) = WP_IN_CALL.get_ptr_mut(&tid) {
         // SAFETY: this thread's own entry; a helper with no memory arguments.
         unsafe {
@@ -418,7 +420,12 @@ fn try_sched_yield(_ctx: &TracePointContext) -> Option<()> {
             let _ = WP_THREAD_YIELDS.insert(&tid, &1, 0);
         }
     }
-    Some(())
+    // A thread yielding in a loop is seldom on a core when the timer samples on a busy host:
+    // it gives its core away at every yield. On this 2-core machine with one busy loop beside,
+    // a launcher spinning in a full queue since before attach got one timer sample in 4.75 s,
+    // so `report` could not see it inside cuLaunchKernel and watched on as if it were a host
+    // spin (2026-12-07). Its yields are its own sampling points: same rate limit.
+    sample_stack(tgid, tid)
 }
 
 #[perf_event]
@@ -432,6 +439,13 @@ fn try_on_cpu(_ctx: &PerfEventContext) -> Option<()> {
     let Some((tgid, tid)) = watched() else {
         return None;
     };
+    sample_stack(tgid, tid)
+}
+
+/// Sends the calling thread's user stack top to `WP_SAMPLES`, at most once per
+/// `SAMPLE_GAP_NS` per thread, unless a call we saw begin and will see end says where it is.
+#[inline(always)]
+fn sample_stack(tgid: u32, tid: u32) -> Option<()> {
     // SAFETY: read at once.
     if unsafe { WP_IN_CALL.get(&tid) }.is_some_and(|c| c.flags & CALL_OPEN_ENDED == 0) {
         return None; // entry and return probes already say where it is

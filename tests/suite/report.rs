@@ -1,8 +1,14 @@
 //! `wedgeprobe report` against wedged, healthy and several workloads.
 
-use std::thread::sleep;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::sleep,
+};
 
-use super::{BOUND_AT_BLOCKED, Worker, report_json, require_root, secs, thread};
+use super::{BOUND_AT_BLOCKED, Worker, report_json, require_root, secs, thread, wedgeprobe};
 
 /// Attached before the wedge: the uprobes see the calls begin, so times and arguments are
 /// exact, and the kernel names are known (attached before cuModuleGetFunction).
@@ -187,6 +193,54 @@ fn healthy_busy_process_is_not_blocked() {
     };
     assert!(count("cuLaunchKernel") > 1000, "{lat:?}");
     assert!(count("cuStreamSynchronize") > 10, "{lat:?}");
+}
+
+/// A busy host (a loop on every core beside the worker): a launcher spinning in a full queue
+/// since before attach yields its core away at every `sched_yield`, so the timer seldom
+/// samples it — on 2026-12-07 it got one sample in 4.75 s, `report` could not see it inside
+/// `cuLaunchKernel`, watched on as if it spun on the host ("busy on the host since attach …
+/// watching up to 10.5 s more") and, once the worker released itself meanwhile, answered
+/// `healthy`. Its yields are stack sample points now: seen inside its launch, a full queue.
+#[test]
+fn a_launcher_blocked_in_a_full_queue_is_seen_inside_its_call_on_a_busy_host() {
+    require_root!();
+    let w = Worker::spawn(&["wedge", "10", "300"], &[("SIMCUDA_RELEASE_AFTER_S", "8")]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..cores)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    sleep(secs(1.5));
+    let out = wedgeprobe(&[
+        "report",
+        "--json",
+        "--pid",
+        &w.pid_arg(),
+        BOUND_AT_BLOCKED[0],
+        BOUND_AT_BLOCKED[1],
+    ]);
+    stop.store(true, Ordering::Relaxed);
+    for h in hogs {
+        let _ = h.join();
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        !err.contains("busy on the host since attach"),
+        "the blocked launcher taken for a host spin: {err}"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["verdict"]["kind"], "launch_queue_full", "{}", r["verdict"]);
+    let launcher = thread(&r, "launcher").expect("the launcher is in a call");
+    assert_eq!(launcher["api"], "cuLaunchKernel", "{launcher}");
+    assert_eq!(launcher["blocked"], true, "{launcher}");
 }
 
 #[test]
