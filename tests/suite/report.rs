@@ -237,7 +237,11 @@ fn a_launcher_blocked_in_a_full_queue_is_seen_inside_its_call_on_a_busy_host() {
         "the blocked launcher taken for a host spin: {err}"
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(r["verdict"]["kind"], "launch_queue_full", "{}", r["verdict"]);
+    assert_eq!(
+        r["verdict"]["kind"], "launch_queue_full",
+        "{}",
+        r["verdict"]
+    );
     let launcher = thread(&r, "launcher").expect("the launcher is in a call");
     assert_eq!(launcher["api"], "cuLaunchKernel", "{launcher}");
     assert_eq!(launcher["blocked"], true, "{launcher}");
