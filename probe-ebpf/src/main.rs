@@ -8,9 +8,9 @@
 //!   who waits where and since when.
 //! - `wp_sched_yield`: counts sched_yield per thread and per call. A launch blocked on a full
 //!   queue yields ~72,000 times/s on the H200 (docs/measured-facts.md); a synchronize does not
-//!   yield at all, so this only corroborates the time in call. A yield is also a stack sample
-//!   point (as `wp_on_cpu`'s, same rate limit): a yielding thread is seldom on a core when the
-//!   timer fires on a busy host.
+//!   yield at all, so this only corroborates the time in call. A thread's first yield and every
+//!   64th are also stack sample points (as `wp_on_cpu`'s, same rate limit): a yielding thread
+//!   is seldom on a core when the timer fires on a busy host.
 //! - `wp_name_enter` / `wp_name_exit`: `cuModuleGetFunction` and friends, to name the
 //!   `CUfunction` handles that launches pass.
 //! - `wp_on_cpu`: a timer sample of watched threads that are not inside a call we saw begin
