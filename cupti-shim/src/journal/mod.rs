@@ -49,9 +49,10 @@ const SEQ_PROBE: u32 = 8;
 /// A prime larger than any held run the probe limit could cross.
 const HASHED_STEP: u64 = 5003;
 
-/// How long a synchronize waits for a thread seen entering a call to store its id (spin-loop
-/// hints, ~4 µs): the window is a clock read and a few stores, unless the thread was
-/// preempted in it — then the synchronize proves nothing (`Writer::sync_floor`).
+/// How long a synchronize waits for a thread seen entering a call to store its id, in
+/// spin-loop hints (x86 PAUSE: up to ~140 cycles each since Skylake, so ≤ ~14,000 cycles): the
+/// window is a clock read and a few stores, unless the thread was preempted in it — then the
+/// synchronize proves nothing (`Writer::sync_floor`). Not timed here.
 const ENTERING_SPINS: u32 = 100;
 
 /// `x % cap` for the writer's capacities, which are powers of two (`Writer::create`): a mask,
