@@ -242,17 +242,23 @@ pub fn launch_probes(event: &serde_json::Value) -> &str {
 pub const BOUND_AT_BLOCKED: [&str; 2] = ["--no-journal-bound", "1ms"];
 
 pub fn report_json(args: &[&str]) -> serde_json::Value {
+    report_json_and_stderr(args).0
+}
+
+/// `report --json ARGS`, which must succeed: its answer and what it said on stderr.
+pub fn report_json_and_stderr(args: &[&str]) -> (serde_json::Value, String) {
     let mut all = vec!["report", "--json"];
     all.extend_from_slice(args);
     let out = wedgeprobe(&all);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "wedgeprobe {all:?} failed: {}\n{}",
+        "wedgeprobe {all:?} failed: {}\n{err}",
         out.status,
-        String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", String::from_utf8_lossy(&out.stdout)))
+    let r = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", String::from_utf8_lossy(&out.stdout)));
+    (r, err)
 }
 
 /// The thread of the report named `name`, if it is inside a call.

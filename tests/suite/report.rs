@@ -8,7 +8,9 @@ use std::{
     thread::sleep,
 };
 
-use super::{BOUND_AT_BLOCKED, Worker, report_json, require_root, secs, thread, wedgeprobe};
+use super::{
+    BOUND_AT_BLOCKED, Worker, report_json, report_json_and_stderr, require_root, secs, thread,
+};
 
 /// Attached before the wedge: the uprobes see the calls begin, so times and arguments are
 /// exact, and the kernel names are known (attached before cuModuleGetFunction).
@@ -218,25 +220,23 @@ fn a_launcher_blocked_in_a_full_queue_is_seen_inside_its_call_on_a_busy_host() {
         })
         .collect();
     sleep(secs(1.5));
-    let out = wedgeprobe(&[
-        "report",
-        "--json",
-        "--pid",
-        &w.pid_arg(),
-        BOUND_AT_BLOCKED[0],
-        BOUND_AT_BLOCKED[1],
-    ]);
+    let answer = std::panic::catch_unwind(|| {
+        report_json_and_stderr(&[
+            "--pid",
+            &w.pid_arg(),
+            BOUND_AT_BLOCKED[0],
+            BOUND_AT_BLOCKED[1],
+        ])
+    });
     stop.store(true, Ordering::Relaxed);
     for h in hogs {
         let _ = h.join();
     }
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (r, err) = answer.unwrap_or_else(|e| std::panic::resume_unwind(e));
     assert!(
         !err.contains("busy on the host since attach"),
         "the blocked launcher taken for a host spin: {err}"
     );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         r["verdict"]["kind"], "launch_queue_full",
         "{}",

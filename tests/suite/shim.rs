@@ -5,7 +5,7 @@ use std::thread::sleep;
 
 use super::{
     BOUND_AT_BLOCKED, WEDGE_KERNEL, Worker, assert_named_exactly, launch_probes, report_json,
-    require_root, secs, shim_path, thread, wedgeprobe, wedgeprobe_bin,
+    report_json_and_stderr, require_root, secs, shim_path, thread, wedgeprobe, wedgeprobe_bin,
 };
 
 #[test]
@@ -128,18 +128,13 @@ fn a_corrupt_journal_is_rejected_not_trusted() {
     std::io::Write::write_all(&mut f, b"garbage!").unwrap();
     drop(f);
     sleep(secs(1.0));
-    let out = wedgeprobe(&[
-        "report",
-        "--json",
+    let (r, err) = report_json_and_stderr(&[
         "--pid",
         &w.pid_arg(),
         BOUND_AT_BLOCKED[0],
         BOUND_AT_BLOCKED[1],
     ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
     assert!(!err.contains("panicked"));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["mode"], "ebpf-only");
     let status = r["targets"][0]["journal"]["status"].as_str().unwrap();
     assert!(status.starts_with("rejected:"), "{status}");

@@ -376,23 +376,31 @@ impl Writer {
     /// Thread of `slot` is about to take a launch's correlation id: says so first, so a
     /// synchronize that takes a later id sees this thread entering (`sync_floor`; the id's
     /// counter is the Release/Acquire edge between them).
+    /// Returns the slot's offset, for `entered`.
     #[inline(always)]
-    pub fn entering(&self, slot: u32) {
+    pub fn entering(&self, slot: u32) -> u64 {
         let off = self.thread_off(wrap(u64::from(slot), self.layout.threads_cap));
         self.word(off + offset_of!(ThreadSlot, since_ns) as u64)
             .store(THREAD_ENTERING, Relaxed);
+        off
     }
 
-    /// Thread of `slot` enters `api` (a `probe_common::api` id) now.
-    pub fn enter(&self, slot: u32, api: u32, correlation: u64, now_ns: u64) {
-        let off = self.thread_off(wrap(u64::from(slot), self.layout.threads_cap));
-        let since = self.word(off + offset_of!(ThreadSlot, since_ns) as u64);
-        since.store(THREAD_ENTERING, Relaxed);
+    /// The thread whose slot is at `off` (from `entering`, whose store opened the slot for
+    /// writing) is in call `api` as `correlation` since `now_ns`.
+    #[inline(always)]
+    pub fn entered(&self, off: u64, api: u32, correlation: u64, now_ns: u64) {
         self.half(off + offset_of!(ThreadSlot, api) as u64)
             .store(api, Relaxed);
         self.word(off + offset_of!(ThreadSlot, correlation) as u64)
             .store(correlation, Relaxed);
-        since.store(now_ns.max(THREAD_ENTERING + 1), Release);
+        self.word(off + offset_of!(ThreadSlot, since_ns) as u64)
+            .store(now_ns.max(THREAD_ENTERING + 1), Release);
+    }
+
+    /// Thread of `slot` enters `api` (a `probe_common::api` id) now.
+    pub fn enter(&self, slot: u32, api: u32, correlation: u64, now_ns: u64) {
+        let off = self.entering(slot);
+        self.entered(off, api, correlation, now_ns);
     }
 
     /// A synchronize of `stream` (`ALL_STREAMS`: a context's) took correlation id `own`

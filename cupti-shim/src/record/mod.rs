@@ -146,16 +146,15 @@ impl Recorder {
     #[inline(always)]
     pub fn entering_in(&self, t: &ThreadState) {
         if let Some(slot) = self.slot(t) {
-            self.writer.entering(slot);
+            let _ = self.writer.entering(slot);
         }
     }
 
     /// A synchronize of `stream` (`ALL_STREAMS`: a context's) entered as `correlation` (its
-    /// thread's call already entered): the id
-    /// through which its return proves launches done (`Writer::sync_floor`). On the
-    /// simulated driver, a kernel's first launch that loads its module while another
-    /// thread synchronizes was otherwise retired unqueued, and the wedge named as the
-    /// kernel after it (CI, 2026-12-07).
+    /// thread's call already entered): the id through which its return proves launches done
+    /// (`Writer::sync_floor`). On the simulated driver, a kernel's first launch that loads
+    /// its module while another thread synchronizes was otherwise retired unqueued, and the
+    /// wedge named as the kernel after it (CI, 2026-12-07).
     pub fn sync_floor(&self, correlation: u64, stream: u64) -> u64 {
         self.writer.sync_floor(correlation, stream)
     }
@@ -194,14 +193,11 @@ impl Recorder {
     /// enters the call — one slot lookup for both (`Writer::entering`). Returns (id, now).
     #[inline(always)]
     pub fn launch_enter_in(&self, t: &ThreadState, api: u32) -> (u64, u64) {
-        let slot = self.slot(t);
-        if let Some(s) = slot {
-            self.writer.entering(s);
-        }
+        let off = self.slot(t).map(|s| self.writer.entering(s));
         let correlation = self.next_correlation();
         let now = crate::clock::monotonic_ns();
-        if let Some(s) = slot {
-            self.writer.enter(s, api, correlation, now);
+        if let Some(off) = off {
+            self.writer.entered(off, api, correlation, now);
         }
         (correlation, now)
     }
