@@ -1158,6 +1158,48 @@ def cost(run):
     always_on(run, 5 if run.h.quick else 15)
 
 
+@scenario("mark-cadence", sets=("cost",), quick=False)
+def mark_cadence(run):
+    """The stream marks' cadence priced (issue 29: "choose primitive and cadence by the
+    numbers"): the in-process A/B of `cost` (shim + daemon) with a mark after every 16th
+    (the default), 32nd and 64th launch (`WEDGEPROBE_SHIM_MARK_EVERY`), one process each in a
+    random order per round; every pair of a cadence's processes pooled."""
+    cfg = run.log("daemon.toml")
+    with open(cfg, "w") as f:
+        f.write(f'listen = "127.0.0.1:19479"\ndump_dir = "{run.h.logs}/dumps"\n')
+    d = run.start([run.h.wp, "daemon", "--config", cfg], suffix="daemon")
+    time.sleep(1)
+    rng = random.Random(17)
+    cadences = ("16", "32", "64")
+    pooled = {c: {} for c in cadences}
+    for i in range(2 if run.h.quick else 3):
+        for c in rng.sample(cadences, len(cadences)):
+            raw = run.log(f"raw-{i}-{c}.json")
+            p = run.start(["taskset", "-c", "2-9", "python3", "step_ab.py", "4", "40", "40"],
+                          shim=True, env={"WEDGEPROBE_SHIM_MEASURE": "toggle", "AB_RAW": raw,
+                                          "WEDGEPROBE_SHIM_MARK_EVERY": c},
+                          suffix=f"cadence-{i}-{c}")
+            if run.exit_code(p, 200) != 0:
+                run.check(f"step_ab (every {c}) exits 0", False, run.err(p)[-300:])
+                d.send_signal(signal.SIGTERM)
+                run.exit_code(d, 60)
+                return
+            with open(raw) as f:
+                for k, v in json.load(f).items():
+                    pooled[c].setdefault(k, []).extend(v)
+    d.send_signal(signal.SIGTERM)
+    run.exit_code(d, 60)
+    run.check("every cadence measured", all(pooled[c] for c in cadences), None)
+    for c in cadences:
+        for k in ("eager step wall", "loop 1000 add_", "graph 4 replays"):
+            v = sorted(pooled[c].get(k, []))
+            if not v:
+                continue
+            q1, med, q3 = v[len(v) // 4], statistics.median(v), v[(3 * len(v)) // 4]
+            run.notes.append(f"mark every {c:>2}: {k:16s} median {100 * med:+.2f}% (quartiles "
+                             f"{100 * q1:+.2f}..{100 * q3:+.2f}%, {len(v)} pairs)")
+
+
 @scenario("entry-corpus", sets=("corpus",))
 def entry_corpus(run):
     """Saves the code of every libcuda entry point the shim patches (gpu/entry_corpus.py) to

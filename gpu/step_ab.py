@@ -15,6 +15,8 @@ jump and a flag test; gpu/hook_cost.sh), and the flush thread's polls (they run 
 states; the shim's self_cost line prices them).
 
 AB_ONLY=graph_marks: only the replay price of graph marks (`graph_marks`).
+AB_RAW=PATH: also writes every pair's ratio, by workload, to PATH as JSON (the harness pools
+several processes' pairs: `mark-cadence`).
 
 Prints, per workload, the paired cost (+ = slower with recording): median of the per-pair
 ratios, their mean with a 95% interval, and the pair count.
@@ -101,7 +103,11 @@ def graph_marks(model, cfg, x, graph_pairs, loop_pairs, rng):
                 timed_pairs(loop_pairs, set_off, rng, lambda: [pick["g"][2].replay() for _ in range(20)]))
 
 
+RAW = {}
+
+
 def summary(name, costs):
+    RAW[name] = costs
     n = len(costs)
     mean = statistics.fmean(costs)
     half = 1.96 * statistics.stdev(costs) / math.sqrt(n) if n > 1 else float("nan")
@@ -197,6 +203,10 @@ def main():
     summary("loop 1000 add_", timed_pairs(loop_pairs, set_off, rng, loop_body))
     summary("loop graph 20 replays", timed_pairs(loop_pairs, set_off, rng,
                                                  lambda: [lg.replay() for _ in range(20)]))
+    if os.environ.get("AB_RAW"):
+        import json
+        with open(os.environ["AB_RAW"], "w") as f:
+            json.dump(RAW, f)
 
 
 if __name__ == "__main__":
