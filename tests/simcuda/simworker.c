@@ -731,5 +731,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "simworker: unknown mode %s\n", mode);
         return 2;
     }
+    /* SIMWORKER_LINGER_S=L: sleep L s before exiting (a process that stopped working but
+     * lives on: a report that ends meanwhile is about a live, idle process). */
+    if (getenv("SIMWORKER_LINGER_S")) usleep((useconds_t)(atof(getenv("SIMWORKER_LINGER_S")) * 1e6));
     return 0;
 }

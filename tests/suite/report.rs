@@ -504,3 +504,31 @@ fn a_thread_initialising_cuda_for_seconds_is_named_and_healthy() {
         r["verdict"]
     );
 }
+
+/// A thread busy on the host since attach (no shim, no driver call returning) makes the
+/// window grow; when it stops while watched, the answer is about the window's end — not a
+/// stall — and says what it watched: before, `healthy` with no word of the seconds of
+/// spinning the report had sat through (2026-12-07, the busy-host runs).
+#[test]
+fn a_spin_that_stops_while_the_window_grows_is_said_not_forgotten() {
+    require_root!();
+    // Spins from its start until 4 s, then sleeps: alive, idle.
+    let w = Worker::spawn(&["spin", "4"], &[("SIMWORKER_LINGER_S", "30")]);
+    sleep(secs(0.5));
+    let pid = w.pid_arg();
+    let (r, err) = report_json_and_stderr(&["--pid", &pid]);
+    assert!(err.contains("watching up to"), "the window grew: {err}");
+    assert_ne!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
+    assert_eq!(
+        r["undecided"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        r["undecided"]
+    );
+    let watched = r["watched"].as_array().expect("a `watched` list");
+    assert_eq!(watched.len(), 1, "{watched:?}");
+    let t = &watched[0];
+    assert_eq!(t["tid"].to_string(), pid, "the spinning main thread: {t}");
+    assert!(t["busy_ms"].as_f64().unwrap() >= 1000.0, "{t}");
+    assert!(t["stopped_after_ms"].as_f64().unwrap() >= 1000.0, "{t}");
+}

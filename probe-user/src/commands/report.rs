@@ -18,7 +18,10 @@ use crate::{
     output::report::Report,
     signals, sys,
     timings::Phases,
-    verdict::{Pipeline, host_stall::UndecidedWhy},
+    verdict::{
+        Pipeline,
+        host_stall::{UndecidedWhy, Watched},
+    },
 };
 
 /// The default window, and the most it grows to (report is a snapshot; `watch` observes).
@@ -59,6 +62,8 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
     let most = (stall_after + DECIDE_SLACK).clamp(window, MOST);
     let mut first = true;
     let mut said = false;
+    // The threads that made the window grow, as last seen busy (`Watched`).
+    let mut watching: std::collections::BTreeMap<(u32, u32), Watched> = Default::default();
     let tick = loop {
         let now = sys::monotonic_ns();
         if Duration::from_nanos(now - start) >= window {
@@ -75,6 +80,24 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
             break tick;
         }
         if elapsed >= window {
+            if asked.is_none() {
+                for u in tick
+                    .all
+                    .undecided
+                    .iter()
+                    .filter(|u| u.why == UndecidedWhy::StartUnknown)
+                {
+                    let w = watching.entry((u.pid, u.tid)).or_insert_with(|| Watched {
+                        pid: u.pid,
+                        tid: u.tid,
+                        name: u.name.clone(),
+                        busy_ms: 0.0,
+                        stopped_after_ms: 0.0,
+                    });
+                    w.busy_ms = w.busy_ms.max(u.busy_ms.unwrap_or(0.0));
+                    w.stopped_after_ms = elapsed.as_secs_f64() * 1e3;
+                }
+            }
             if asked.is_some() || tick.all.undecided.is_empty() || elapsed >= most {
                 break tick;
             }
@@ -105,6 +128,7 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
         !args.no_launch_returns,
     );
     report.uprobe_links = Some(engine.collector.probe.uprobe_links());
+    report.watched = stopped(watching, &tick.all);
     phases.done("build the report (stacks symbolized, Python stacks read)");
     if args.json {
         serde_json::to_writer_pretty(&mut *out, &report)?;
@@ -122,6 +146,26 @@ pub fn run(args: &ReportArgs, out: &mut impl Write) -> Result<(), Error> {
         "detach (uprobe links closed)"
     });
     Ok(())
+}
+
+/// The watched threads that are neither undecided nor a stall at the window's end: they
+/// stopped being busy while watched.
+fn stopped(
+    watching: std::collections::BTreeMap<(u32, u32), Watched>,
+    ev: &crate::verdict::Evaluation,
+) -> Vec<Watched> {
+    watching
+        .into_values()
+        .filter(|w| {
+            !ev.undecided
+                .iter()
+                .any(|u| (u.pid, u.tid) == (w.pid, w.tid))
+                && !ev
+                    .host_stalls
+                    .iter()
+                    .any(|s| s.pid == w.pid && s.threads.iter().any(|t| t.tid == w.tid))
+        })
+        .collect()
 }
 
 /// One line on stderr when the window grows: what is watched, why, for how long at most.

@@ -40,6 +40,9 @@ pub struct Report {
     /// to date their start, not yet busy for `stall_after`): `--window` was given, or the
     /// grown window reached its end.
     pub undecided: Vec<crate::verdict::host_stall::Undecided>,
+    /// Threads that made the window grow and stopped being busy before they were a stall
+    /// (the verdict is about the window's end; these say what it watched before).
+    pub watched: Vec<crate::verdict::host_stall::Watched>,
     /// This node, and the clock pair taken when the report was built: `wedgeprobe merge`
     /// aligns reports of several nodes with it (times in `kernels`/`threads` are relative to
     /// this instant).
@@ -187,6 +190,7 @@ impl Report {
             jobs,
             host_stalls,
             undecided,
+            watched: Vec::new(),
             host: crate::sys::hostname(),
             clock: Clock {
                 monotonic_ns: now_ns,
@@ -530,6 +534,19 @@ impl Report {
                     writeln!(out, "      python: {}", py.join(" ← "))?;
                 }
             }
+        }
+        for w in &self.watched {
+            writeln!(
+                out,
+                "\nwatched: pid {} tid {} ({}) was busy on the host for ≥ {} (since before \
+                 attach; no driver call returned, no shim journal: what it ran is not known) and \
+                 stopped {} into the window: not a stall now",
+                w.pid,
+                w.tid,
+                w.name,
+                fmt_duration(w.busy_ms),
+                fmt_duration(w.stopped_after_ms)
+            )?;
         }
         for u in &self.undecided {
             let why = if u.why == UndecidedWhy::StackNotWatchedEnough {

@@ -107,6 +107,21 @@ pub struct Undecided {
     pub why: UndecidedWhy,
 }
 
+/// A thread that made `report`'s window grow (busy on the host since attach, its start not
+/// known) and stopped being busy before it could be called a stall: the answer at the
+/// window's end is about *now*, and without this the report said `healthy` with no word of
+/// the seconds of spinning it had watched.
+#[derive(Clone, Debug, Serialize)]
+pub struct Watched {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    /// Busy on the host for at least this long (from before attach) when last seen busy.
+    pub busy_ms: f64,
+    /// Into the report's window when it was last seen busy: it stopped after that.
+    pub stopped_after_ms: f64,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UndecidedWhy {
