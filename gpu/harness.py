@@ -1200,6 +1200,22 @@ def mark_cadence(run):
                              f"{100 * q1:+.2f}..{100 * q3:+.2f}%, {len(v)} pairs)")
 
 
+@scenario("self-cost", sets=("cost",), quick=False)
+def self_cost(run):
+    """Where the shim's time on eager decode goes, from the shim itself
+    (`WEDGEPROBE_SHIM_MEASURE=self_cost`, gpu/self_cost.py, 3 generations): ns a launch, marks a
+    launch by reason and their price; then the same with the phase timer (its own TSC reads
+    included)."""
+    for label, measure in (("total", "self_cost"), ("phases", "self_cost,phases")):
+        p = run.start(["taskset", "-c", "2-9", "python3", "self_cost.py", "3"], shim=True,
+                      env={"WEDGEPROBE_SHIM_MEASURE": measure}, suffix=f"self-cost-{label}")
+        code = run.exit_code(p, 200)
+        run.check(f"self_cost.py ({label}) exits 0", code == 0, run.err(p)[-300:])
+        text = run.out(p) + run.err(p)
+        run.notes += [f"{label}: {l.strip()}" for l in text.splitlines()
+                      if "self cost:" in l or "tok/s" in l]
+
+
 @scenario("entry-corpus", sets=("corpus",))
 def entry_corpus(run):
     """Saves the code of every libcuda entry point the shim patches (gpu/entry_corpus.py) to
