@@ -512,8 +512,10 @@ fn a_thread_initialising_cuda_for_seconds_is_named_and_healthy() {
 #[test]
 fn a_spin_that_stops_while_the_window_grows_is_said_not_forgotten() {
     require_root!();
-    // Spins from its start until 4 s, then sleeps: alive, idle.
-    let w = Worker::spawn(&["spin", "4"], &[("SIMWORKER_LINGER_S", "30")]);
+    // Spins from its start until 6 s, then sleeps: alive, idle. 6 s leaves a slow machine's
+    // attach and first window (~1.5 s here) room to end inside the spin, and stops well
+    // before the default `--stall-after` (10 s) would call it a stall.
+    let w = Worker::spawn(&["spin", "6"], &[("SIMWORKER_LINGER_S", "30")]);
     sleep(secs(0.5));
     let pid = w.pid_arg();
     let (r, err) = report_json_and_stderr(&["--pid", &pid]);
