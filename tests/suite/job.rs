@@ -3,7 +3,9 @@
 
 use std::thread::sleep;
 
-use super::{BusyHost, Worker, report_json, require_root, secs, shim_path, wedgeprobe};
+use super::{
+    BusyHost, Worker, assert_empty_list, report_json, require_root, secs, shim_path, wedgeprobe,
+};
 
 pub(super) fn ranks() -> Vec<Worker> {
     let shim = shim_path();
@@ -368,12 +370,7 @@ fn a_busy_server_thread_tokenizing_is_not_a_host_stall() {
         "report: {}",
         r["verdict"]
     );
-    assert_eq!(
-        r["host_stalls"].as_array().map(Vec::len),
-        Some(0),
-        "{}",
-        r["host_stalls"]
-    );
+    assert_empty_list(&r, "host_stalls", "");
     let (w, _began, mark) = spawn_until_mark(&["tokenize", "12"], &[]);
     sleep(secs(0.3));
     let out = wedgeprobe(&[
@@ -423,12 +420,7 @@ fn a_thread_inside_a_driver_call_is_not_a_host_spinner() {
     sleep(secs(2.5));
     let r = report_json(&["--pid", &w.pid_arg(), "--stall-after", "1s"]);
     assert_eq!(r["verdict"]["kind"], "waiting", "{}", r["verdict"]);
-    assert_eq!(
-        r["host_stalls"].as_array().map(Vec::len),
-        Some(0),
-        "{}",
-        r["host_stalls"]
-    );
+    assert_empty_list(&r, "host_stalls", "");
 }
 
 /// `watch` meets the same stall with its first verdict.
@@ -599,12 +591,7 @@ fn a_process_busy_building_its_model_is_not_a_host_stall() {
             "shim {shim}: {}",
             r["verdict"]
         );
-        assert_eq!(
-            r["host_stalls"].as_array().map(Vec::len),
-            Some(0),
-            "shim {shim}: {}",
-            r["host_stalls"]
-        );
+        assert_empty_list(&r, "host_stalls", &format!("shim {shim}: "));
     }
 }
 

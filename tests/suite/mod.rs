@@ -261,6 +261,16 @@ pub fn report_json_and_stderr(args: &[&str]) -> (serde_json::Value, String) {
     (r, err)
 }
 
+/// The report's list `field` is present and empty (`context` leads the message).
+pub fn assert_empty_list(r: &serde_json::Value, field: &str, context: &str) {
+    assert_eq!(
+        r[field].as_array().map(Vec::len),
+        Some(0),
+        "{context}{field}: {}",
+        r[field]
+    );
+}
+
 /// The thread of the report named `name`, if it is inside a call.
 pub fn thread<'a>(report: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
     report["threads"]

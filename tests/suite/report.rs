@@ -9,7 +9,8 @@ use std::{
 };
 
 use super::{
-    BOUND_AT_BLOCKED, Worker, report_json, report_json_and_stderr, require_root, secs, thread,
+    BOUND_AT_BLOCKED, Worker, assert_empty_list, report_json, report_json_and_stderr, require_root,
+    secs, thread,
 };
 
 /// Attached before the wedge: the uprobes see the calls begin, so times and arguments are
@@ -521,12 +522,7 @@ fn a_spin_that_stops_while_the_window_grows_is_said_not_forgotten() {
     let (r, err) = report_json_and_stderr(&["--pid", &pid]);
     assert!(err.contains("watching up to"), "the window grew: {err}");
     assert_ne!(r["verdict"]["kind"], "host_stall", "{}", r["verdict"]);
-    assert_eq!(
-        r["undecided"].as_array().map(Vec::len),
-        Some(0),
-        "{}",
-        r["undecided"]
-    );
+    assert_empty_list(&r, "undecided", "");
     let watched = r["watched"].as_array().expect("a `watched` list");
     assert_eq!(watched.len(), 1, "{watched:?}");
     let t = &watched[0];
